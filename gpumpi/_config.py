@@ -1,0 +1,120 @@
+"""Every ``GPUMPI_*`` environment variable, read once (L0).
+
+Theory of operation
+===================
+Nothing else in gpumpi reads ``os.environ``: the runtime calls :func:`get` once at
+initialisation and passes values down.  :func:`reload` re-reads the environment
+(a forked test rank sets its own ``GPUMPI_*`` values before initialising).
+
+Variables
+---------
+GPUMPI_RANK, GPUMPI_SIZE, GPUMPI_LOCAL_RANK, GPUMPI_LOCAL_SIZE
+    Set by the launcher; absent for a singleton (a world of size 1).
+GPUMPI_JOB_ID         32 hex digits (128 random bits), set by the launcher.
+GPUMPI_JOB_FD         file descriptor of the job segment (inherited from the launcher).
+GPUMPI_LAUNCHER_PID   the launcher's pid; ranks exit when it dies.
+GPUMPI_EAGER_LIMIT    bytes sent inline in the control ring (default 16384).
+GPUMPI_RING_SIZE      bytes of each per-pair ring (default 262144).
+GPUMPI_CMA            1/0: use cross-memory attach for large host messages (default 1).
+GPUMPI_CHUNK          bytes per chunk of the staged (no-CMA) pipeline (default 65536).
+GPUMPI_DEBUG          1: extra checks.
+GPUMPI_PROFILE        1: count calls, bytes and time per operation; summary at finalize.
+GPUMPI_STREAM_MODE    safe (default) or none.
+GPUMPI_TRANSPORTS     e.g. "host:shm,device:staging" to force transport choice.
+GPUMPI_DEVICE         auto (default), sim, or none.
+GPUMPI_ASYNC_PROGRESS 1: start a progress thread.
+GPUMPI_NVTX           0: disable NVTX ranges even when nvtx is importable (default 1).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Config:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    job_id: str = ""
+    job_fd: int = -1
+    launcher_pid: int = 0
+    eager_limit: int = 16384
+    ring_size: int = 262144
+    cma: bool = True
+    chunk: int = 65536
+    debug: bool = False
+    profile: bool = False
+    stream_mode: str = "safe"
+    transports: str = ""
+    device: str = "auto"
+    async_progress: bool = False
+    nvtx: bool = True
+
+    @property
+    def launched(self) -> bool:
+        return self.job_fd >= 0
+
+
+def _int(env, name: str, default: int) -> int:
+    v = env.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        return int(v, 0)
+    except ValueError:
+        raise ValueError(f"gpumpi: environment variable {name} is not an integer ({v!r})") from None
+
+
+def _bool(env, name: str, default: bool) -> bool:
+    v = env.get(name)
+    if v is None or v == "":
+        return default
+    return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _read(env) -> Config:
+    size = _int(env, "GPUMPI_SIZE", 1)
+    rank = _int(env, "GPUMPI_RANK", 0)
+    mode = env.get("GPUMPI_STREAM_MODE", "safe").strip().lower() or "safe"
+    if mode not in ("safe", "none"):
+        raise ValueError(f"gpumpi: GPUMPI_STREAM_MODE must be 'safe' or 'none' ({mode!r})")
+    return Config(
+        rank=rank,
+        size=size,
+        local_rank=_int(env, "GPUMPI_LOCAL_RANK", rank),
+        local_size=_int(env, "GPUMPI_LOCAL_SIZE", size),
+        job_id=env.get("GPUMPI_JOB_ID", ""),
+        job_fd=_int(env, "GPUMPI_JOB_FD", -1),
+        launcher_pid=_int(env, "GPUMPI_LAUNCHER_PID", 0),
+        eager_limit=max(0, _int(env, "GPUMPI_EAGER_LIMIT", 16384)),
+        ring_size=max(4096, _int(env, "GPUMPI_RING_SIZE", 262144)),
+        cma=_bool(env, "GPUMPI_CMA", True),
+        chunk=max(4096, _int(env, "GPUMPI_CHUNK", 65536)),
+        debug=_bool(env, "GPUMPI_DEBUG", False),
+        profile=_bool(env, "GPUMPI_PROFILE", False),
+        stream_mode=mode,
+        transports=env.get("GPUMPI_TRANSPORTS", ""),
+        device=env.get("GPUMPI_DEVICE", "auto").strip().lower() or "auto",
+        async_progress=_bool(env, "GPUMPI_ASYNC_PROGRESS", False),
+        nvtx=_bool(env, "GPUMPI_NVTX", True),
+    )
+
+
+_cached: list = [None]
+
+
+def get() -> Config:
+    """The configuration, read from the environment on first use."""
+    c = _cached[0]
+    if c is None:
+        c = _cached[0] = _read(os.environ)
+    return c
+
+
+def reload() -> Config:
+    """Re-read the environment (a new rank process after fork)."""
+    _cached[0] = None
+    return get()
