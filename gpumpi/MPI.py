@@ -1,0 +1,229 @@
+"""``from gpumpi import MPI``: the mpi4py-compatible module (L5 facade).
+
+Importing this module initialises the world, as importing ``mpi4py.MPI`` does:
+under ``gpumpirun`` (or ``gpumpi.testing.run_ranks``) the rank joins its job;
+run plainly (``python prog.py``) it is a world of one process.
+"""
+
+from __future__ import annotations
+
+import mmap as _mmap
+import os as _os
+import socket as _socket
+import time as _time
+
+from . import _config as _cfg
+from . import _runtime as _rt
+from ._version import __version__ as _version
+from .comm import (  # noqa: F401
+    COMM_NULL,
+    MESSAGE_NO_PROC,
+    MESSAGE_NULL,
+    Attach_buffer,
+    Cartcomm,
+    Comm,
+    Detach_buffer,
+    Distgraphcomm,
+    Flush_buffer,
+    Graphcomm,
+    Intercomm,
+    Intracomm,
+    Message,
+    Topocomm,
+)
+from .constants import *  # noqa: F401,F403
+from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType  # noqa: F401
+from .constants import THREAD_MULTIPLE, THREAD_SINGLE
+from .datatypes import *  # noqa: F401,F403
+from .datatypes import Datatype  # noqa: F401
+from .errors import *  # noqa: F401,F403
+from .errors import (  # noqa: F401
+    ERRHANDLER_NULL,
+    ERRORS_ABORT,
+    ERRORS_ARE_FATAL,
+    ERRORS_RETURN,
+    ERR_ARG,
+    ERR_NO_MEM,
+    Errhandler,
+    Exception,
+    error as _error,
+)
+from .group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
+from .info import INFO_ENV, INFO_NULL, Info  # noqa: F401
+from .request import REQUEST_NULL, Grequest, Prequest, Request  # noqa: F401
+from .status import Status  # noqa: F401
+
+#: The world communicator (MPI_COMM_WORLD).
+COMM_WORLD = Intracomm()
+#: This process alone (MPI_COMM_SELF).
+COMM_SELF = Intracomm()
+
+
+def _setup_worlds(engine) -> None:
+    COMM_WORLD._setup(0, range(engine.size), engine.rank, "MPI_COMM_WORLD")
+    COMM_SELF._setup(4, [engine.rank], engine.rank, "MPI_COMM_SELF")
+    engine.next_ctx = 8
+    _install_nvtx()
+
+
+_rt.on_init(_setup_worlds)
+
+
+# --- environment ----------------------------------------------------------------------------------
+def Init() -> None:
+    """Initialise (MPI_Init).  Importing gpumpi.MPI already did; calling again is harmless."""
+    _rt.init()
+
+
+def Init_thread(required: int = THREAD_MULTIPLE) -> int:
+    """Initialise with a thread level (MPI_Init_thread); gpumpi provides THREAD_MULTIPLE."""
+    _rt.init(required)
+    return THREAD_MULTIPLE
+
+
+def Finalize() -> None:
+    """Finish: deliver pending outgoing frames and stop (MPI_Finalize)."""
+    _rt.finalize()
+
+
+def Is_initialized() -> bool:
+    """Whether MPI has been initialised (MPI_Initialized)."""
+    return _rt.is_initialized()
+
+
+def Is_finalized() -> bool:
+    """Whether MPI has been finalised (MPI_Finalized)."""
+    return _rt.is_finalized()
+
+
+def Query_thread() -> int:
+    """The provided thread level (MPI_Query_thread)."""
+    return _rt.thread_level()
+
+
+def Is_thread_main() -> bool:
+    """Whether the caller is the thread that initialised MPI (MPI_Is_thread_main)."""
+    return _rt.is_main_thread()
+
+
+def Wtime() -> float:
+    """Elapsed wall-clock seconds from an arbitrary origin (MPI_Wtime)."""
+    return _time.perf_counter()
+
+
+def Wtick() -> float:
+    """Resolution of Wtime in seconds (MPI_Wtick)."""
+    return _time.get_clock_info("perf_counter").resolution
+
+
+def Get_processor_name() -> str:
+    """Name of this host (MPI_Get_processor_name)."""
+    return _socket.gethostname()
+
+
+def Get_version() -> tuple[int, int]:
+    """MPI standard version whose API this library follows (MPI_Get_version)."""
+    return (4, 1)
+
+
+def Get_library_version() -> str:
+    """Library version string (MPI_Get_library_version)."""
+    return f"gpumpi {_version} (shared-memory rings, cross-memory attach; mpi4py-compatible API)"
+
+
+def get_vendor() -> tuple[str, tuple[int, int, int]]:
+    """Name and version of the MPI implementation (mpi4py ``get_vendor``)."""
+    return ("gpumpi", tuple(int(p) for p in _version.split(".")[:3]))
+
+
+def Abort(errorcode: int = 0) -> None:
+    """Terminate the job (MPI_Abort on COMM_WORLD)."""
+    _rt.abort(int(errorcode))
+
+
+# --- memory ---------------------------------------------------------------------------------------
+_allocs: dict = {}
+
+
+def Alloc_mem(size: int, info=None) -> memoryview:
+    """Allocate shared memory (MPI_Alloc_mem): a writable memoryview over an anonymous shared map."""
+    try:
+        size = int(size)
+    except (TypeError, ValueError):
+        raise TypeError(f"Alloc_mem: size must be an integer ({size!r})") from None
+    if size < 0:
+        raise _error(ERR_ARG, f"Alloc_mem: negative size ({size})")
+    try:
+        fd = _os.memfd_create("gpumpi-mem", _os.MFD_CLOEXEC)
+        try:
+            _os.ftruncate(fd, max(size, 1))
+            m = _mmap.mmap(fd, max(size, 1), _mmap.MAP_SHARED, _mmap.PROT_READ | _mmap.PROT_WRITE)
+        finally:
+            _os.close(fd)
+    except OSError as e:
+        raise _error(ERR_NO_MEM, f"Alloc_mem: cannot allocate {size} bytes ({e})") from None
+    mv = memoryview(m)[:size]
+    _allocs[id(mv)] = (mv, m)
+    return mv
+
+
+def Free_mem(mem) -> None:
+    """Free memory from Alloc_mem (MPI_Free_mem); views of it must be released first."""
+    ent = _allocs.pop(id(mem), None)
+    if ent is None:
+        raise _error(ERR_ARG, "Free_mem: memory was not allocated by Alloc_mem")
+    mv, m = ent
+    mv.release()
+    try:
+        m.close()
+    except BufferError:
+        _allocs[id(mem)] = ent
+        raise _error(ERR_ARG, "Free_mem: memory still has exported views (numpy arrays over it)") from None
+
+
+# --- gpumpi extensions ----------------------------------------------------------------------------
+def _gpumpi_init(device: str = "auto") -> None:
+    """gpumpi.init(device="auto"): initialise; device binding arrives with device support."""
+    _rt.init()
+
+
+def _query_gpu_support() -> dict:
+    """What this process can do with GPU memory (gpumpi.query_gpu_support())."""
+    from .ipc import cma
+
+    return {"cuda": False, "device_kinds": [], "cma": cma.available(), "transports": ["shm", "self"]}
+
+
+# --- NVTX ranges (only when a profiler is attached: zero cost otherwise) -----------------------------
+_NVTX_WRAPPED = [False]
+
+
+def _install_nvtx() -> None:
+    if _NVTX_WRAPPED[0] or not _cfg.get().nvtx or "NVTX_INJECTION64_PATH" not in _os.environ:
+        return
+    try:
+        import nvtx
+    except ImportError:
+        return
+    import functools
+
+    def wrap(cls, name):
+        fn = cls.__dict__[name]
+        if isinstance(fn, (staticmethod, classmethod, property)) or not callable(fn):
+            return
+
+        @functools.wraps(fn)
+        def inner(*a, **k):
+            with nvtx.annotate(f"MPI.{cls.__name__}.{name}", domain="gpumpi"):
+                return fn(*a, **k)
+
+        setattr(cls, name, inner)
+
+    for cls in (Comm, Intracomm, Request, Prequest, Message):
+        for name in list(cls.__dict__):
+            if name[:1].isupper():
+                wrap(cls, name)
+    _NVTX_WRAPPED[0] = True
+
+
+_rt.init()

@@ -1,0 +1,479 @@
+"""The progress engine: the only code that drives I/O (L5).
+
+Theory of operation
+===================
+One ``Engine`` per process owns the transport, the matcher and every operation in
+flight (an ``Xfer``).  API calls post operations; ``progress()`` polls every
+incoming ring, feeds each frame to the matcher and the protocol tables of
+:mod:`gpumpi._protocol`, and carries out what they decide (copy eager data, read
+the sender's memory by cross-memory attach, answer with ACK/CTS, push DATA
+chunks).  Progress runs inside every gpumpi call and in every wait, so a rank
+blocked in a send still serves requests from its peers.
+
+Waiting spins briefly, then yields the CPU, then sleeps in short growing steps
+(at most 1 ms): eight ranks on two cores finish without livelock.
+
+Thread safety (THREAD_MULTIPLE): one re-entrant lock guards all engine state;
+waits take it for one progress pass at a time and back off outside it.
+
+Failure: the launcher marks a dead rank in the job segment and bumps the epoch;
+``progress()`` reads the epoch every pass, and operations that involve a dead
+peer fail with ``ERR_PROC_FAILED`` (wildcard receives with
+``ERR_PROC_FAILED_PENDING``) instead of hanging.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import threading
+import time
+
+from . import _protocol as P
+from ._matching import Matcher
+from .constants import ANY_SOURCE
+from .errors import (
+    ERR_PROC_FAILED,
+    ERR_PROC_FAILED_PENDING,
+    ERR_TRUNCATE,
+    SUCCESS,
+)
+from .ipc import cma
+from .ipc.shm import ShmTransport
+
+_SEG = struct.Struct("<QQ")
+_NSEG = struct.Struct("<I")
+_sched_yield = os.sched_yield
+_sleep = time.sleep
+
+SEND, RECV, GREQ = 0, 1, 2
+
+
+def address_of(buf) -> int:
+    """Address of the first byte of a writable or read-only host buffer."""
+    mv = memoryview(buf)
+    if mv.nbytes == 0:
+        return 0
+    if not mv.readonly:
+        return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+    import numpy as np
+
+    return np.frombuffer(mv, dtype=np.uint8).ctypes.data
+
+
+class Xfer:
+    """One operation in flight (a send, a receive or a generalized request)."""
+
+    __slots__ = (
+        "kind", "state", "done", "peer", "src", "tag", "ctx", "msgid", "mode",
+        "mem", "addr", "cap", "bufs", "nbytes", "got",
+        "st_source", "st_tag", "st_nbytes", "err", "errmsg", "cancelled",
+        "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call",
+    )
+
+    def __init__(self, kind: int) -> None:
+        self.kind = kind
+        self.state = P.START if kind == SEND else P.POSTED
+        self.done = False
+        self.err = SUCCESS
+        self.errmsg = None
+        self.cancelled = False
+        self.on_done = None
+        self.dynamic = False
+        self.result = None
+        self.st_source = ANY_SOURCE
+        self.st_tag = -1
+        self.st_nbytes = 0
+        self.arrival = None
+        self.push_iter = None
+        self.push_next = None
+
+
+class Arrival:
+    """An incoming message (envelope, and its eager payload or its sender's segments)."""
+
+    __slots__ = ("peer", "src", "ctx", "tag", "kind", "flags", "nbytes", "msgid", "data", "segs")
+
+    def __init__(self, peer, src, ctx, tag, kind, flags, nbytes, msgid):
+        self.peer, self.src, self.ctx, self.tag = peer, src, ctx, tag
+        self.kind, self.flags, self.nbytes, self.msgid = kind, flags, nbytes, msgid
+        self.data = None
+        self.segs = None
+
+
+def encode_segments(segs) -> bytes:
+    out = [_NSEG.pack(len(segs))]
+    out.extend(_SEG.pack(a, n) for a, n in segs)
+    return b"".join(out)
+
+
+def decode_segments(mv) -> list:
+    (k,) = _NSEG.unpack_from(mv, 0)
+    return [_SEG.unpack_from(mv, 4 + 16 * i) for i in range(k)]
+
+
+class Engine:
+    """Per-process progress engine (see module docstring)."""
+
+    def __init__(self, rank: int, size: int, seg, cfg) -> None:
+        self.rank = rank
+        self.size = size
+        self.seg = seg
+        self.lock = threading.RLock()
+        self.tr = ShmTransport(rank, size, seg, cfg.ring_size)
+        self.matcher = Matcher()
+        self.sends: dict = {}
+        self.pulls: dict = {}
+        self.pushing: list = []
+        self.cancellable: dict = {}
+        self.next_msgid = 1
+        self.eager_limit = min(cfg.eager_limit, self.tr.max_payload - 64)
+        self.chunk = min(cfg.chunk, self.tr.max_payload)
+        self.cma = bool(cfg.cma) and cma.available()
+        self.epoch = seg.epoch if seg is not None else 0
+        self.failed: set = set()
+        self.launcher_pid = cfg.launcher_pid
+        self._pids: dict = {}
+        self.closed = False
+
+    # --- helpers --------------------------------------------------------------------------
+    def pid_of(self, peer: int) -> int:
+        pid = self._pids.get(peer)
+        if pid is None:
+            pid = os.getpid() if (peer == self.rank or self.seg is None) else self.seg.pid(peer)
+            self._pids[peer] = pid
+        return pid
+
+    def _new_msgid(self) -> int:
+        m = self.next_msgid
+        self.next_msgid = m + 1
+        return m
+
+    def _finish(self, x: Xfer) -> None:
+        x.done = True
+        cb = x.on_done
+        if cb is not None:
+            x.on_done = None
+            cb(x)
+
+    def _fail(self, x: Xfer, err: int, msg: str) -> None:
+        if x.done:
+            return
+        x.err = err
+        x.errmsg = msg
+        x.state = P.FAILED
+        self._finish(x)
+
+    # --- posting --------------------------------------------------------------------------
+    def isend(self, bufs, nbytes: int, wpeer: int, src: int, tag: int, ctx: int, mode: int, call: str) -> Xfer:
+        """Post a send of the host buffers ``bufs`` (memoryviews, concatenated) to world rank ``wpeer``."""
+        x = Xfer(SEND)
+        x.peer = wpeer
+        x.tag = tag
+        x.ctx = ctx
+        x.mode = mode
+        x.bufs = bufs
+        x.nbytes = nbytes
+        x.call = call
+        with self.lock:
+            if wpeer in self.failed:
+                self._fail(x, ERR_PROC_FAILED, f"{call}: peer process failed (rank {wpeer})")
+                return x
+            if nbytes <= self.eager_limit:
+                payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
+                if mode == P.SYNCHRONOUS:
+                    x.msgid = m = self._new_msgid()
+                    x.state = P.WAIT_ACK
+                    self.sends[m] = x
+                    self.tr.send(wpeer, P.EAGER, P.FLAG_SYNC, src, ctx, tag, nbytes, m, payload)
+                else:
+                    self.tr.send(wpeer, P.EAGER, 0, src, ctx, tag, nbytes, 0, payload)
+                    x.state = P.DONE
+                    x.done = True
+            else:
+                x.msgid = m = self._new_msgid()
+                x.state = P.WAIT_ACK
+                self.sends[m] = x
+                segs = [(address_of(b), len(b)) for b in bufs]
+                self.tr.send(wpeer, P.RTS, P.FLAG_CMA if self.cma else 0, src, ctx, tag, nbytes, m, encode_segments(segs))
+            self.progress()
+        return x
+
+    def irecv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str) -> Xfer:
+        """Post a receive into ``mem`` (``cap`` bytes); ``mem=None`` allocates on match."""
+        x = Xfer(RECV)
+        x.mem = mem
+        x.cap = cap
+        x.ctx = ctx
+        x.src = source
+        x.wpeer = wpeer
+        x.tag = tag
+        x.call = call
+        x.dynamic = mem is None
+        with self.lock:
+            arr = self.matcher.post_recv(ctx, source, tag, x)
+            if arr is not None:
+                self._match(x, arr, None)
+            elif wpeer in self.failed or (wpeer == ANY_SOURCE and self.failed):
+                self.matcher.cancel_recv(ctx, x)
+                self._fail_recv_for_failure(x)
+            else:
+                self.progress()
+        return x
+
+    def deliver(self, x: Xfer, arr: Arrival) -> None:
+        """Complete receive ``x`` with an arrival taken by a matched probe."""
+        with self.lock:
+            self._match(x, arr, None)
+
+    # --- matching and frames ---------------------------------------------------------------
+    def _match(self, x: Xfer, arr: Arrival, live) -> None:
+        if arr.flags & P.FLAG_SYNC or arr.kind == P.RTS:
+            self.cancellable.pop((arr.peer, arr.msgid), None)
+        n = arr.nbytes
+        if x.dynamic:
+            x.mem = bytearray(n)
+            x.cap = n
+        cap = x.cap
+        take = n if n <= cap else cap
+        x.st_source = arr.src
+        x.st_tag = arr.tag
+        x.st_nbytes = take
+        if n > cap:
+            x.err = ERR_TRUNCATE
+            x.errmsg = f"{x.call}: message truncated ({n} bytes, buffer {cap})"
+        if arr.kind == P.EAGER:
+            if take:
+                x.mem[:take] = (live if live is not None else arr.data)[:take]
+            if arr.flags & P.FLAG_SYNC:
+                self.tr.send(arr.peer, P.ACK, 0, 0, arr.ctx, 0, 0, arr.msgid)
+            x.state = P.step(P.RECV, x.state, "eager")
+            self._finish(x)
+            return
+        # rendezvous
+        if self.cma and arr.flags & P.FLAG_CMA:
+            if take == 0:
+                errno = 0
+            else:
+                errno = cma.read(self.pid_of(arr.peer), arr.segs, address_of(x.mem), take)
+            if errno == 0:
+                self.tr.send(arr.peer, P.ACK, 0, 0, arr.ctx, 0, 0, arr.msgid)
+                x.state = P.step(P.RECV, x.state, "rts_read")
+                self._finish(x)
+                return
+            self.cma = False  # the kernel refused: use the staged path from now on
+        x.got = 0
+        x.nbytes = n
+        x.arrival = arr
+        x.state = P.step(P.RECV, x.state, "rts_push")
+        self.pulls[(arr.peer, arr.msgid)] = x
+        self.tr.send(arr.peer, P.CTS, 0, 0, arr.ctx, 0, 0, arr.msgid)
+
+    def _on_frame(self, peer: int, hdr, payload) -> None:
+        _, kind, flags, src, ctx, tag, nbytes, msgid = hdr
+        if kind == P.EAGER or kind == P.RTS:
+            arr = Arrival(peer, src, ctx, tag, kind, flags, nbytes, msgid)
+            if kind == P.RTS:
+                arr.segs = decode_segments(payload)
+            x = self.matcher.arrive(ctx, src, tag, arr)
+            if x is not None:
+                self._match(x, arr, payload)
+            else:
+                if kind == P.EAGER:
+                    arr.data = bytes(payload)
+                if flags & P.FLAG_SYNC or kind == P.RTS:
+                    self.cancellable[(peer, msgid)] = arr
+        elif kind == P.DATA:
+            x = self.pulls[(peer, msgid)]
+            n = len(payload)
+            got = x.got
+            if got < x.cap:
+                take = min(n, x.cap - got)
+                x.mem[got : got + take] = payload[:take]
+            x.got = got + n
+            if flags & P.FLAG_LAST:
+                del self.pulls[(peer, msgid)]
+                x.state = P.step(P.RECV, x.state, "data_last")
+                self._finish(x)
+        elif kind == P.ACK:
+            x = self.sends.get(msgid)
+            if x is None:
+                return
+            x.state = P.step(P.SEND, x.state, "ack")
+            if x.state == P.DONE:
+                del self.sends[msgid]
+                self._finish(x)
+        elif kind == P.CTS:
+            x = self.sends[msgid]
+            x.state = P.step(P.SEND, x.state, "cts")
+            if x.state == P.PUSHING:
+                del self.sends[msgid]
+                self._start_push(x)
+        elif kind == P.CANCEL:
+            arr = self.cancellable.pop((peer, msgid), None)
+            ok = arr is not None and self.matcher.withdraw(arr.ctx, arr)
+            self.tr.send(peer, P.CREPLY, P.FLAG_CANCELLED if ok else 0, 0, ctx, 0, 0, msgid)
+        elif kind == P.CREPLY:
+            x = self.sends[msgid]
+            if flags & P.FLAG_CANCELLED:
+                x.state = P.step(P.SEND, x.state, "cancelled")
+                del self.sends[msgid]
+                x.cancelled = True
+                self._finish(x)
+            else:
+                x.state = P.step(P.SEND, x.state, "not_cancelled")
+                if x.state == P.DONE:
+                    del self.sends[msgid]
+                    self._finish(x)
+                elif x.state == P.PUSHING:
+                    del self.sends[msgid]
+                    self._start_push(x)
+
+    def _start_push(self, x: Xfer) -> None:
+        chunk = self.chunk
+
+        def pieces():
+            for b in x.bufs:
+                for off in range(0, len(b), chunk):
+                    yield b[off : off + chunk]
+
+        x.push_iter = pieces()
+        x.push_next = next(x.push_iter)
+        x.arrival = _UNSET  # look-ahead slot: the chunk after push_next
+        self.pushing.append(x)
+
+    def _push(self) -> None:
+        tr = self.tr
+        for x in list(self.pushing):
+            while True:
+                if x.arrival is _UNSET:
+                    x.arrival = next(x.push_iter, None)
+                last = x.arrival is None
+                if not tr.try_send(x.peer, P.DATA, P.FLAG_LAST if last else 0, 0, x.ctx, 0, 0, x.msgid, x.push_next):
+                    break
+                if last:
+                    self.pushing.remove(x)
+                    x.push_iter = x.push_next = None
+                    x.state = P.step(P.SEND, x.state, "pushed")
+                    self._finish(x)
+                    break
+                x.push_next = x.arrival
+                x.arrival = _UNSET
+
+    # --- cancel ---------------------------------------------------------------------------
+    def cancel(self, x: Xfer) -> None:
+        """Request cancellation (MPI_Cancel): immediate for posted receives, a round trip for sends."""
+        with self.lock:
+            if x.done:
+                return
+            if x.kind == RECV:
+                if x.state == P.POSTED and self.matcher.cancel_recv(x.ctx, x):
+                    x.state = P.step(P.RECV, x.state, "cancel")
+                    x.cancelled = True
+                    self._finish(x)
+            elif x.kind == SEND and x.state == P.WAIT_ACK:
+                x.state = P.step(P.SEND, x.state, "cancel")
+                self.tr.send(x.peer, P.CANCEL, 0, 0, x.ctx, 0, 0, x.msgid)
+
+    # --- progress and waiting -------------------------------------------------------------
+    def progress(self) -> int:
+        """One pass: flush backlogs, read frames, push chunks, check for failed peers."""
+        tr = self.tr
+        n = tr.poll(self._on_frame)
+        if self.pushing:
+            self._push()
+        tr.flush()
+        seg = self.seg
+        if seg is not None and seg.q[3] != self.epoch:
+            self._on_failures()
+        return n
+
+    def wait(self, x: Xfer) -> None:
+        """Block until ``x`` completes (progressing everything meanwhile)."""
+        if x.done:
+            return
+        lock = self.lock
+        spins = 0
+        while True:
+            with lock:
+                self.progress()
+            if x.done:
+                return
+            spins += 1
+            if spins > 50:
+                self.backoff(spins)
+
+    def wait_any(self, xs) -> None:
+        """Block until one of ``xs`` completes."""
+        lock = self.lock
+        spins = 0
+        while True:
+            with lock:
+                self.progress()
+            for x in xs:
+                if x.done:
+                    return
+            spins += 1
+            if spins > 50:
+                self.backoff(spins)
+
+    def wait_until(self, pred) -> None:
+        """Block until ``pred()`` is true (evaluated under the lock after each pass)."""
+        lock = self.lock
+        spins = 0
+        while True:
+            with lock:
+                self.progress()
+                if pred():
+                    return
+            spins += 1
+            if spins > 50:
+                self.backoff(spins)
+
+    def backoff(self, spins: int) -> None:
+        if spins < 2000:
+            _sched_yield()
+            return
+        if spins & 255 == 0 and self.launcher_pid and os.getppid() != self.launcher_pid:
+            os._exit(1)  # the launcher died: a rank must not outlive its job
+        _sleep(min(1e-3, 2e-5 * (1 << min(6, (spins - 2000) >> 8))))
+
+    # --- failures -------------------------------------------------------------------------
+    def _on_failures(self) -> None:
+        seg = self.seg
+        self.epoch = seg.q[3]
+        new = set(seg.failed_ranks()) - self.failed
+        if not new:
+            return
+        self.failed |= new
+        for m, x in list(self.sends.items()):
+            if x.peer in new:
+                del self.sends[m]
+                self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.peer})")
+        for x in list(self.pushing):
+            if x.peer in new:
+                self.pushing.remove(x)
+                self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.peer})")
+        for key, x in list(self.pulls.items()):
+            if key[0] in new:
+                del self.pulls[key]
+                self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {key[0]})")
+        for _src, x in list(self.matcher.posted_items()):
+            if x.wpeer in new or x.wpeer == ANY_SOURCE:
+                self.matcher.cancel_recv(x.ctx, x)
+                self._fail_recv_for_failure(x)
+
+    def _fail_recv_for_failure(self, x: Xfer) -> None:
+        if x.wpeer == ANY_SOURCE:
+            self._fail(x, ERR_PROC_FAILED_PENDING,
+                       f"{x.call}: a process that may send this message failed (ranks {sorted(self.failed)})")
+        else:
+            self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.wpeer})")
+
+    def close(self) -> None:
+        self.closed = True
+        self.tr.close()
+
+
+_UNSET = object()

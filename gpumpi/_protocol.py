@@ -1,0 +1,138 @@
+"""Sans-IO point-to-point protocols: frame kinds and per-message state machines (L1, pure).
+
+Theory of operation
+===================
+Rule 1: every decision about when bytes may move lives here (and in
+``_matching``); the progress engine only carries out the transitions returned.
+Rule 2: this module knows nothing about memory kinds, transports or clocks.
+
+A message travels in *frames* on the per-pair control ring.  Kinds:
+
+======== ==================================================================
+EAGER    envelope + the whole payload (``nbytes <= eager limit``)
+RTS      request-to-send: envelope + where the sender's data lives
+ACK      receiver -> sender: message matched and (for RTS) data taken
+CTS      receiver -> sender: matched, but cannot read the sender's memory:
+         push the data through the ring
+DATA     sender -> receiver: the next chunk of a pushed message
+CANCEL   sender -> receiver: withdraw an unmatched message
+CREPLY   receiver -> sender: result of CANCEL (flag CANCELLED or not)
+======== ==================================================================
+
+Send states (``SEND``)::
+
+    eager, standard/ready/buffered : START -eager-> DONE
+    eager, synchronous             : START -eager-> WAIT_ACK -ack-> DONE
+    rendezvous (any mode)          : START -rts-> WAIT_ACK -ack-> DONE
+                                     WAIT_ACK -cts-> PUSHING -pushed-> DONE
+    cancel                         : WAIT_ACK -cancel-> CANCELLING
+                                     CANCELLING -cancelled-> CANCELLED
+                                     CANCELLING -not_cancelled-> WAIT_ACK
+                                     CANCELLING -ack-> CANCELLING_ACKED
+                                     CANCELLING_ACKED -not_cancelled-> DONE
+                                     CANCELLING -cts-> CANCELLING_CTS
+                                     CANCELLING_CTS -not_cancelled-> PUSHING
+
+Receive states (``RECV``)::
+
+    POSTED -eager-> DONE
+    POSTED -rts_read-> DONE          (receiver copied the data itself, sends ACK)
+    POSTED -rts_push-> PULLING -data_last-> DONE   (sent CTS; chunks arrive)
+    POSTED -cancel-> CANCELLED
+    any non-final -fail-> FAILED
+
+An event not in a table is a ``LocalProtocolError`` and leaves the state as it was.
+Synchronous eager sends set ``FLAG_SYNC``; the receiver answers with ACK when the
+message matches, so ``Ssend`` completes only after the match.  Buffered sends are
+copied into the attached buffer by the caller and then travel as standard sends.
+Ready sends are standard sends (the precondition is the user's promise).
+"""
+
+from __future__ import annotations
+
+import struct
+
+# --- frame kinds and flags -------------------------------------------------------------
+EAGER, RTS, ACK, CTS, DATA, CANCEL, CREPLY = 1, 2, 3, 4, 5, 6, 7
+FLAG_SYNC = 1  # EAGER: receiver must ACK on match
+FLAG_CMA = 2  # RTS: receiver may read the sender's memory directly
+FLAG_CANCELLED = 4  # CREPLY: the message was withdrawn
+FLAG_LAST = 8  # DATA: final chunk
+
+#: Frame header: length, kind, flags, pad, context, tag, nbytes, message id.
+HEADER = struct.Struct("<IBBHiiQQ")
+HLEN = HEADER.size  # 32
+#: RTS payload: the sender's buffer address.
+RTS_BODY = struct.Struct("<Q")
+
+# --- send modes ------------------------------------------------------------------------
+STANDARD, SYNCHRONOUS, READY, BUFFERED = 0, 1, 2, 3
+
+
+def use_eager(nbytes: int, eager_limit: int) -> bool:
+    """Eager when the payload fits the eager limit (the ring bounds ``eager_limit``)."""
+    return nbytes <= eager_limit
+
+
+class LocalProtocolError(RuntimeError):
+    """An event that is illegal in the message's current state (a gpumpi bug or misuse)."""
+
+
+# --- state machines --------------------------------------------------------------------
+START, WAIT_ACK, PUSHING, DONE, CANCELLING, CANCELLING_ACKED, CANCELLING_CTS, CANCELLED, FAILED = range(9)
+POSTED, PULLING = 9, 10
+
+SEND = {
+    (START, "eager"): DONE,
+    (START, "eager_sync"): WAIT_ACK,
+    (START, "rts"): WAIT_ACK,
+    (WAIT_ACK, "ack"): DONE,
+    (WAIT_ACK, "cts"): PUSHING,
+    (PUSHING, "pushed"): DONE,
+    (WAIT_ACK, "cancel"): CANCELLING,
+    (CANCELLING, "cancelled"): CANCELLED,
+    (CANCELLING, "not_cancelled"): WAIT_ACK,
+    (CANCELLING, "ack"): CANCELLING_ACKED,
+    (CANCELLING_ACKED, "not_cancelled"): DONE,
+    (CANCELLING, "cts"): CANCELLING_CTS,
+    (CANCELLING_CTS, "not_cancelled"): PUSHING,
+}
+
+RECV = {
+    (POSTED, "eager"): DONE,
+    (POSTED, "rts_read"): DONE,
+    (POSTED, "rts_push"): PULLING,
+    (PULLING, "data_last"): DONE,
+    (POSTED, "cancel"): CANCELLED,
+}
+
+FINAL = frozenset((DONE, CANCELLED, FAILED))
+
+
+def step(table: dict, state: int, event: str) -> int:
+    """Next state for ``event``; ``fail`` leads any non-final state to FAILED."""
+    nxt = table.get((state, event))
+    if nxt is not None:
+        return nxt
+    if event == "fail" and state not in FINAL:
+        return FAILED
+    raise LocalProtocolError(f"protocol: event {event!r} illegal in state {state}")
+
+
+def send_start_event(mode: int, eager: bool) -> str:
+    """The first event of a send: which protocol it takes."""
+    if not eager:
+        return "rts"
+    return "eager_sync" if mode == SYNCHRONOUS else "eager"
+
+
+def chunks(nbytes: int, chunk: int):
+    """(offset, length, last) of each DATA frame pushing ``nbytes`` in ``chunk``-byte pieces."""
+    if nbytes == 0:
+        yield 0, 0, True
+        return
+    off = 0
+    while off < nbytes:
+        n = min(chunk, nbytes - off)
+        yield off, n, off + n >= nbytes
+        off += n

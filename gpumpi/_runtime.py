@@ -1,0 +1,177 @@
+"""Process-wide runtime state: initialisation, the engine, Abort, Finalize (L5).
+
+Theory of operation
+===================
+``init()`` reads the configuration once, attaches the job segment the launcher
+left on ``GPUMPI_JOB_FD`` (or, with no launcher, makes a singleton world of one
+rank), records this rank's pid there, lets peers read our memory by cross-memory
+attach, and builds the :class:`~gpumpi._progress.Engine`.  Under the launcher it
+also installs a ``sys.excepthook`` that prints an uncaught exception once,
+prefixed with the rank, and registers ``faulthandler`` on SIGUSR1 so the launcher
+can ask a stuck rank for its stack.
+
+``finalize()`` drains this rank's outgoing backlog (frames still waiting for ring
+space) so nothing it sent is lost when the process exits, then closes the engine.
+``abort(code)`` records the code in the job segment and ends the process at once;
+the launcher then ends every other rank and exits with ``code``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+
+from . import _config
+from .constants import THREAD_MULTIPLE
+from .errors import set_abort_hook
+
+ENGINE = None
+SEG = None
+_state = {"initialized": False, "finalized": False, "thread_level": THREAD_MULTIPLE, "main": None}
+_init_hooks: list = []
+_finalize_hooks: list = []
+_lock = threading.Lock()
+
+
+def on_init(fn) -> None:
+    """Register ``fn(engine)`` to run after every initialisation (the MPI facade's worlds)."""
+    _init_hooks.append(fn)
+
+
+def on_finalize(fn) -> None:
+    _finalize_hooks.append(fn)
+
+
+def init(required: int = THREAD_MULTIPLE) -> None:
+    """Initialise the runtime (MPI_Init_thread); idempotent."""
+    global ENGINE, SEG
+    with _lock:
+        if _state["initialized"]:
+            return
+        from ._progress import Engine
+        from .ipc import cma
+
+        cfg = _config.get()
+        seg = None
+        if cfg.launched:
+            from .ipc.jobseg import JobSegment
+
+            seg = JobSegment(cfg.job_fd)
+            if seg.nranks != cfg.size or not 0 <= cfg.rank < cfg.size:
+                raise RuntimeError(
+                    f"gpumpi: job segment does not match the environment (ranks {seg.nranks}, "
+                    f"GPUMPI_SIZE {cfg.size}, GPUMPI_RANK {cfg.rank})")
+            cma.allow_peers()
+            seg.set_attached(cfg.rank, os.getpid())
+            _install_rank_hooks(cfg.rank)
+            rank, size = cfg.rank, cfg.size
+        else:
+            rank, size = 0, 1
+        SEG = seg
+        ENGINE = Engine(rank, size, seg, cfg)
+        _state["initialized"] = True
+        _state["finalized"] = False
+        _state["thread_level"] = int(required) if int(required) <= THREAD_MULTIPLE else THREAD_MULTIPLE
+        _state["main"] = threading.get_ident()
+        set_abort_hook(abort)
+    for fn in _init_hooks:
+        fn(ENGINE)
+
+
+def ensure() -> None:
+    if not _state["initialized"]:
+        init()
+
+
+def is_initialized() -> bool:
+    return _state["initialized"] or _state["finalized"]
+
+
+def is_finalized() -> bool:
+    return _state["finalized"]
+
+
+def thread_level() -> int:
+    return _state["thread_level"]
+
+
+def is_main_thread() -> bool:
+    return threading.get_ident() == _state["main"]
+
+
+def finalize(timeout: float = 30.0) -> None:
+    """Drain outgoing frames and close the engine (MPI_Finalize); idempotent."""
+    global ENGINE
+    with _lock:
+        eng = ENGINE
+        if eng is None or _state["finalized"]:
+            return
+        for fn in _finalize_hooks:
+            fn(eng)
+        deadline = time.monotonic() + timeout
+        spins = 0
+        while True:
+            with eng.lock:
+                eng.progress()
+                done = not eng.pushing and all(b is None or p in eng.failed for p, b in enumerate(eng.tr.backlog))
+            if done or time.monotonic() > deadline:
+                break
+            spins += 1
+            eng.backoff(spins + 50)
+        _state["finalized"] = True
+        _state["initialized"] = False
+
+
+def reset_after_fork() -> None:
+    """Forget state inherited from a parent process (a forked test rank re-initialises)."""
+    global ENGINE, SEG
+    ENGINE = None
+    SEG = None
+    _state.update(initialized=False, finalized=False, main=None)
+
+
+def abort(code: int = 1, message: str | None = None) -> None:
+    """End the whole job with ``code`` (MPI_Abort)."""
+    code = int(code)
+    if message:
+        sys.stderr.write(f"gpumpi: {message}\n")
+    seg = SEG
+    if seg is not None:
+        seg.request_abort(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code & 0xFF)
+
+
+def _install_rank_hooks(rank: int) -> None:
+    prefix = f"[rank {rank}] "
+
+    def hook(etype, value, tb):
+        import traceback
+
+        text = "".join(traceback.format_exception(etype, value, tb))
+        sys.stderr.write("".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n")))
+        sys.stderr.flush()
+        _state["skip_finalize"] = True
+        os._exit(1)
+
+    sys.excepthook = hook
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, RuntimeError, ValueError):
+        return
+
+
+def _atexit() -> None:
+    if _state["initialized"] and not _state.get("skip_finalize"):
+        finalize()
+
+
+atexit.register(_atexit)

@@ -1,0 +1,117 @@
+"""Cross-memory attach: read another process's memory in one copy (L4).
+
+``process_vm_readv(2)`` copies straight from a peer's address space into ours
+(about 9 GB/s on the development machines, one copy instead of two through a
+shared staging area).  The peer must allow it: the launcher's ranks call
+``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)``, and Yama's ``ptrace_scope`` must
+be 0 or 1.  When the kernel refuses (EPERM, ENOSYS), callers fall back to the
+staged path; :func:`available` tells in advance whether to try.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+_IOV_MAX = 1024
+
+
+class _IOVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+_libc = None
+_readv = None
+
+
+def _load():
+    global _libc, _readv
+    if _readv is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        f = _libc.process_vm_readv
+        f.restype = ctypes.c_ssize_t
+        f.argtypes = [
+            ctypes.c_int,
+            ctypes.POINTER(_IOVec),
+            ctypes.c_ulong,
+            ctypes.POINTER(_IOVec),
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+        ]
+        _readv = f
+    return _readv
+
+
+def available() -> bool:
+    """Whether this kernel lets a process read a peer's memory (Yama scope <= 1)."""
+    if not hasattr(os, "process_vm_readv") and not _has_symbol():
+        return False
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            return int(f.read().strip()) <= 1
+    except (OSError, ValueError):
+        return True
+
+
+def _has_symbol() -> bool:
+    try:
+        _load()
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def allow_peers() -> None:
+    """Let any process of this user read our memory (PR_SET_PTRACER_ANY), where Yama exists."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(0x59616D61, ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+
+
+def read(pid: int, remote: list, local_addr: int, nbytes: int) -> int:
+    """Copy ``nbytes`` from the peer's segments ``[(addr, len), ...]`` to ``local_addr``.
+
+    Returns 0 on success or the errno that stopped it (the caller falls back).
+    """
+    f = _load()
+    done = 0
+    seg = 0
+    skip = 0  # bytes of remote[seg] already read
+    while done < nbytes:
+        rem = []
+        want = 0
+        i = seg
+        first = skip
+        while i < len(remote) and len(rem) < _IOV_MAX and done + want < nbytes:
+            a, n = remote[i]
+            take = min(n - first, nbytes - done - want)
+            if take > 0:
+                rem.append((a + first, take))
+                want += take
+            first = 0
+            i += 1
+        if not rem:
+            break
+        riov = (_IOVec * len(rem))(*[(a, n) for a, n in rem])
+        liov = (_IOVec * 1)((local_addr + done, want))
+        got = f(pid, liov, 1, riov, len(rem), 0)
+        if got < 0:
+            return ctypes.get_errno() or 1
+        if got == 0:
+            return 5  # EIO: peer mapping vanished
+        # advance (seg, skip) by got bytes
+        done += got
+        left = got
+        while left > 0:
+            a, n = remote[seg]
+            avail = n - skip
+            if left >= avail:
+                left -= avail
+                seg += 1
+                skip = 0
+            else:
+                skip += left
+                left = 0
+    return 0

@@ -1,0 +1,151 @@
+"""The job segment: one shared mapping per job holding job state and every ring (L4).
+
+Theory of operation
+===================
+The launcher creates the segment with ``memfd_create`` (an anonymous shared file:
+it has no name in ``/dev/shm``, so nothing can be left behind whatever dies) and
+ranks inherit its descriptor (``GPUMPI_JOB_FD``).  A forked test rank inherits it
+the same way.
+
+Layout (little-endian, all words 8 bytes)::
+
+    0    magic "GPUMPIJ1"
+    8    nranks
+    16   ring_size           bytes of each per-pair ring's data area
+    24   epoch               bumped by the launcher after it marks a rank failed
+    32   abort_code          first rank to call Abort writes code + 1 here
+    64   rank table          nranks x 32 bytes: pid, attached, failed, exit status
+    ...  rings              nranks x nranks ring blocks, page-aligned
+
+Single-writer rule: ``epoch`` and ``failed`` are written only by the launcher;
+a rank writes only its own ``pid``/``attached`` slots and the consumer/producer
+words of its own ring ends.  So no cross-process atomics are needed here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import struct
+
+MAGIC = b"GPUMPIJ1"
+_HDR = 64
+_SLOT = 32
+PAGE = 4096
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def ring_block_size(ring_size: int) -> int:
+    """Bytes one ring occupies: 128 bytes of control words + the data area."""
+    from .ring import CTRL
+
+    return _align(CTRL + ring_size, PAGE)
+
+
+def segment_size(nranks: int, ring_size: int) -> int:
+    table = _align(_HDR + _SLOT * nranks, PAGE)
+    return table + nranks * nranks * ring_block_size(ring_size)
+
+
+class JobSegment:
+    """A mapped job segment (created by the launcher, attached by ranks)."""
+
+    __slots__ = ("fd", "mm", "buf", "q", "nranks", "ring_size", "_rings_off", "_block")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        size = os.fstat(fd).st_size
+        self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.buf = memoryview(self.mm)
+        if bytes(self.buf[:8]) != MAGIC:
+            self.close()
+            raise RuntimeError(f"gpumpi: job segment fd {fd} is not a gpumpi job segment")
+        self.q = self.buf[: _align(_HDR, 8)].cast("Q")
+        self.nranks = self.q[1]
+        self.ring_size = self.q[2]
+        self._rings_off = _align(_HDR + _SLOT * self.nranks, PAGE)
+        self._block = ring_block_size(self.ring_size)
+
+    @classmethod
+    def create(cls, nranks: int, ring_size: int) -> "JobSegment":
+        """Create a new segment (launcher side); the fd is inheritable."""
+        if nranks < 1:
+            raise ValueError(f"gpumpi: job needs at least one rank ({nranks})")
+        ring_size = _align(ring_size, PAGE)
+        fd = os.memfd_create("gpumpi-job", 0)  # not CLOEXEC: ranks inherit it
+        try:
+            os.ftruncate(fd, segment_size(nranks, ring_size))
+            with mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
+                m[:8] = MAGIC
+                struct.pack_into("<QQ", m, 8, nranks, ring_size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd)
+
+    def ring_view(self, src: int, dst: int) -> memoryview:
+        """The memory of the ring carrying frames from ``src`` to ``dst``."""
+        off = self._rings_off + (src * self.nranks + dst) * self._block
+        return self.buf[off : off + self._block]
+
+    # --- job state ---------------------------------------------------------------------
+    def _slot(self, rank: int) -> int:
+        return (_HDR + _SLOT * rank) // 8
+
+    def _tq(self):
+        return self.buf[: self._rings_off].cast("Q")
+
+    @property
+    def epoch(self) -> int:
+        return self.q[3]
+
+    def set_attached(self, rank: int, pid: int) -> None:
+        t = self._tq()
+        s = self._slot(rank)
+        t[s] = pid
+        t[s + 1] = 1
+
+    def attached(self, rank: int) -> bool:
+        return self._tq()[self._slot(rank) + 1] == 1
+
+    def pid(self, rank: int) -> int:
+        return self._tq()[self._slot(rank)]
+
+    def mark_failed(self, rank: int, status: int) -> None:
+        """Launcher only: record that ``rank`` died, then bump the epoch."""
+        t = self._tq()
+        s = self._slot(rank)
+        t[s + 3] = status & 0xFFFFFFFF
+        t[s + 2] = 1
+        self.q[3] = self.q[3] + 1
+
+    def failed(self, rank: int) -> bool:
+        return self._tq()[self._slot(rank) + 2] == 1
+
+    def failed_ranks(self) -> list[int]:
+        t = self._tq()
+        return [r for r in range(self.nranks) if t[self._slot(r) + 2] == 1]
+
+    def request_abort(self, code: int) -> None:
+        if self.q[4] == 0:
+            self.q[4] = (code & 0xFFFFFFFF) + 1
+
+    def abort_code(self) -> int | None:
+        v = self.q[4]
+        return None if v == 0 else v - 1
+
+    def close(self) -> None:
+        for name in ("q",):
+            v = getattr(self, name, None)
+            if v is not None:
+                v.release()
+        # Rings may still hold views; then the mapping lives until the process ends.
+        with contextlib.suppress(BufferError, ValueError):
+            self.buf.release()
+            self.mm.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)

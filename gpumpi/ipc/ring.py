@@ -1,0 +1,109 @@
+"""Single-producer/single-consumer byte ring in shared memory (L4).
+
+Theory of operation
+===================
+A ring block is 128 bytes of control words followed by ``size`` data bytes.
+``head`` (offset 0) is the consumer's position and is written only by the
+consumer; ``tail`` (offset 64, its own cache line) is the producer's position and
+is written only by the producer.  Positions are byte counters that only grow; the
+data offset is ``pos % size``.
+
+A frame is a little-endian ``u32`` length (header + payload) followed by its bytes;
+frames start 8-byte aligned.  A frame never wraps: when it does not fit before the
+end of the data area the producer writes the pad marker ``0xFFFFFFFF`` and starts
+at offset 0.  Publication order: the producer writes the frame bytes, then stores
+``tail``; the consumer reads ``tail``, then the frame, then stores ``head``.  On
+x86-64 (total store order) the plain stores CPython issues keep that order; the
+bytecode boundary between the two stores keeps the compiler from merging them.
+"""
+
+from __future__ import annotations
+
+import struct
+
+CTRL = 128
+PAD = 0xFFFFFFFF
+_U32 = struct.Struct("<I")
+
+
+def _align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+class RingWriter:
+    """Producer end of a ring."""
+
+    __slots__ = ("ctl", "data", "size", "tail", "head_cache")
+
+    def __init__(self, block: memoryview, size: int) -> None:
+        self.ctl = block[:CTRL].cast("Q")
+        self.data = block[CTRL : CTRL + size]
+        self.size = size
+        self.tail = self.ctl[8]
+        self.head_cache = self.ctl[0]
+
+    def max_frame(self) -> int:
+        return self.size // 2
+
+    def reserve(self, n: int) -> int:
+        """Offset in ``data`` where a frame of ``n`` bytes may be written, or -1 if full."""
+        size = self.size
+        need = _align8(n)
+        tail = self.tail
+        off = tail % size
+        if off + need > size:  # would wrap: pad to the end first
+            need += size - off
+            if tail + need - self.head_cache > size:
+                self.head_cache = self.ctl[0]
+                if tail + need - self.head_cache > size:
+                    return -1
+            _U32.pack_into(self.data, off, PAD)
+            self.tail = tail = tail + (size - off)
+            self.ctl[8] = tail
+            return 0
+        if tail + need - self.head_cache > size:
+            self.head_cache = self.ctl[0]
+            if tail + need - self.head_cache > size:
+                return -1
+        return off
+
+    def commit(self, n: int) -> None:
+        """Publish the frame of ``n`` bytes written at the reserved offset."""
+        self.tail += _align8(n)
+        self.ctl[8] = self.tail
+
+    def free_bytes(self) -> int:
+        self.head_cache = self.ctl[0]
+        return self.size - (self.tail - self.head_cache)
+
+
+class RingReader:
+    """Consumer end of a ring."""
+
+    __slots__ = ("ctl", "data", "size", "head")
+
+    def __init__(self, block: memoryview, size: int) -> None:
+        self.ctl = block[:CTRL].cast("Q")
+        self.data = block[CTRL : CTRL + size]
+        self.size = size
+        self.head = self.ctl[0]
+
+    def peek(self) -> int:
+        """Offset of the next frame in ``data``, or -1 when the ring is empty."""
+        head = self.head
+        if self.ctl[8] == head:
+            return -1
+        off = head % self.size
+        if _U32.unpack_from(self.data, off)[0] == PAD:
+            head += self.size - off
+            self.head = head
+            self.ctl[0] = head
+            if self.ctl[8] == head:
+                return -1
+            return 0
+        return off
+
+    def release(self, n: int) -> None:
+        """Give back the frame of ``n`` bytes just consumed."""
+        self.head += _align8(n)
+        self.ctl[0] = self.head

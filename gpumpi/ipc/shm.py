@@ -1,0 +1,133 @@
+"""Host shared-memory transport: per-pair rings in the job segment (L4).
+
+Theory of operation
+===================
+Rank ``r`` writes frames for ``p`` into ring ``(r, p)`` and reads ring ``(p, r)``
+for every peer ``p`` (itself included: a rank's frames to itself use ring
+``(r, r)``, so self-sends take the same path as any other).  A frame is the
+32-byte header of :mod:`gpumpi._protocol` followed by its payload.
+
+When a ring is full the frame waits in a per-peer backlog (payload copied, since
+the caller may reuse its buffer once an eager send returns) and later frames to
+that peer queue behind it, so per-pair FIFO order — MPI's non-overtaking rule —
+holds.  ``flush`` retries backlogs; the progress engine calls it every pass.
+
+A singleton (no launcher) gets a private anonymous mapping holding one ring.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections import deque
+
+from .._protocol import HEADER, HLEN
+from .ring import CTRL, RingReader, RingWriter
+
+_pack_into = HEADER.pack_into
+_unpack_from = HEADER.unpack_from
+
+
+class ShmTransport:
+    """Frames between the ranks of one node over shared-memory rings."""
+
+    name = "shm"
+    __slots__ = ("rank", "size", "out", "inc", "backlog", "_anon", "max_payload", "peers_in")
+
+    def __init__(self, rank: int, size: int, seg=None, ring_size: int = 262144) -> None:
+        self.rank = rank
+        self.size = size
+        self._anon = None
+        if seg is None:
+            if size != 1:
+                raise RuntimeError(f"gpumpi: shm transport needs a job segment for {size} ranks")
+            self._anon = mmap.mmap(-1, CTRL + ring_size)
+            block = memoryview(self._anon)
+            self.out = [RingWriter(block, ring_size)]
+            self.inc = [RingReader(block, ring_size)]
+        else:
+            ring_size = seg.ring_size
+            self.out = [RingWriter(seg.ring_view(rank, p), ring_size) for p in range(size)]
+            self.inc = [RingReader(seg.ring_view(p, rank), ring_size) for p in range(size)]
+        self.backlog: list = [None] * size
+        self.max_payload = ring_size // 2 - HLEN
+        # poll own ring last: replies from peers first keeps rendezvous moving
+        self.peers_in = [p for p in range(size) if p != rank] + [rank]
+
+    def send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int, payload=None) -> None:
+        """Queue one frame for ``peer`` (written now if the ring has room)."""
+        n = HLEN if payload is None else HLEN + len(payload)
+        bl = self.backlog[peer]
+        if bl is None:
+            w = self.out[peer]
+            off = w.reserve(n)
+            if off >= 0:
+                d = w.data
+                _pack_into(d, off, n, kind, flags, src, ctx, tag, nbytes, msgid)
+                if payload is not None and n > HLEN:
+                    d[off + HLEN : off + n] = payload
+                w.commit(n)
+                return
+            bl = self.backlog[peer] = deque()
+        bl.append((n, kind, flags, src, ctx, tag, nbytes, msgid, None if payload is None else bytes(payload)))
+
+    def try_send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int, payload) -> bool:
+        """Write one frame only if it fits now (no backlog); False otherwise."""
+        if self.backlog[peer] is not None:
+            return False
+        n = HLEN + len(payload)
+        w = self.out[peer]
+        off = w.reserve(n)
+        if off < 0:
+            return False
+        d = w.data
+        _pack_into(d, off, n, kind, flags, src, ctx, tag, nbytes, msgid)
+        d[off + HLEN : off + n] = payload
+        w.commit(n)
+        return True
+
+    def flush(self) -> bool:
+        """Retry backlogged frames; True when every backlog is empty."""
+        clear = True
+        for peer, bl in enumerate(self.backlog):
+            if bl is None:
+                continue
+            w = self.out[peer]
+            while bl:
+                f = bl[0]
+                n = f[0]
+                off = w.reserve(n)
+                if off < 0:
+                    break
+                d = w.data
+                _pack_into(d, off, *f[:8])
+                if f[8] is not None and n > HLEN:
+                    d[off + HLEN : off + n] = f[8]
+                w.commit(n)
+                bl.popleft()
+            if bl:
+                clear = False
+            else:
+                self.backlog[peer] = None
+        return clear
+
+    def poll(self, handler, budget: int = 64) -> int:
+        """Hand up to ``budget`` incoming frames to ``handler(peer, hdr, payload_view)``."""
+        got = 0
+        inc = self.inc
+        for peer in self.peers_in:
+            r = inc[peer]
+            while got < budget:
+                off = r.peek()
+                if off < 0:
+                    break
+                d = r.data
+                hdr = _unpack_from(d, off)
+                n = hdr[0]
+                handler(peer, hdr, d[off + HLEN : off + n])
+                r.release(n)
+                got += 1
+        return got
+
+    def close(self) -> None:
+        self.out = self.inc = []
+        self._anon = None

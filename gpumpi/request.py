@@ -1,0 +1,531 @@
+"""Requests: nonblocking operations and their completion (MPI_Request) (L5).
+
+Theory of operation
+===================
+A :class:`Request` wraps one :class:`~gpumpi._progress.Xfer` in flight.  Blocking
+calls are the nonblocking call plus :meth:`Request.Wait`.  Completing a request
+copies its envelope into the caller's :class:`Status`, raises the operation's
+error (if any) through the communicator's error handler, and turns the request
+into ``REQUEST_NULL`` (a persistent request becomes inactive instead, ready for
+``Start``).  Object requests (lowercase API) carry a ``post`` function that
+unpickles the received bytes.  Multi-request calls follow MPI: completed entries
+of the caller's list become ``REQUEST_NULL``; with several errors they raise
+``ERR_IN_STATUS`` and every status names its request's error.
+"""
+
+from __future__ import annotations
+
+from . import _runtime as _rt
+from .constants import UNDEFINED
+from .errors import ERR_IN_STATUS, ERR_PENDING, ERR_REQUEST, SUCCESS, error
+from .errors import Exception as MPIException
+from .status import Status
+
+
+def _engine():
+    return _rt.ENGINE
+
+
+class Request:
+    """Request handle (MPI_Request)."""
+
+    __slots__ = ("_x", "_comm", "_post", "_keep", "_value", "__weakref__")
+
+    def __init__(self, request: "Request | None" = None) -> None:
+        if request is None:
+            self._x = self._comm = self._post = self._keep = self._value = None
+        else:
+            self._x, self._comm, self._post = request._x, request._comm, request._post
+            self._keep, self._value = request._keep, request._value
+
+    @classmethod
+    def _of(cls, x, comm=None, post=None, keep=None) -> "Request":
+        r = cls.__new__(cls)
+        r._x, r._comm, r._post, r._keep, r._value = x, comm, post, keep, None
+        return r
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Request):
+            return NotImplemented
+        return self._x is other._x
+
+    def __ne__(self, other) -> bool:
+        r = self.__eq__(other)
+        return r if r is NotImplemented else not r
+
+    def __hash__(self) -> int:
+        return id(self._x)
+
+    def __bool__(self) -> bool:
+        return self._x is not None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {'REQUEST_NULL' if self._x is None else 'active'}>"
+
+    # --- completion core ------------------------------------------------------------------
+    def _active(self):
+        return self._x
+
+    def _release(self) -> None:
+        """After completion: a plain request becomes REQUEST_NULL."""
+        self._x = None
+        self._keep = None
+
+    def _finish(self, status) -> None:
+        """Write the status, release the request, raise the operation's error."""
+        x = self._x
+        if status is not None:
+            status._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
+        post = self._post
+        self._release()
+        if x.err:
+            exc = error(x.err, x.errmsg or "")
+            comm = self._comm
+            if comm is not None:
+                comm._errh.handle(comm, exc)
+            raise exc
+        if post is not None and not x.cancelled:
+            self._value = post(x)
+        else:
+            self._value = None
+
+    def _empty(self, status) -> None:
+        if status is not None:
+            status._fill(-2, -1, 0)
+        self._value = None
+
+    # --- buffer API ---------------------------------------------------------------------
+    def Wait(self, status: Status | None = None) -> bool:
+        """Wait for completion (MPI_Wait)."""
+        x = self._active()
+        if x is None:
+            self._empty(status)
+            return True
+        if not x.done:
+            _engine().wait(x)
+        self._finish(status)
+        return True
+
+    def Test(self, status: Status | None = None) -> bool:
+        """Test for completion (MPI_Test)."""
+        x = self._active()
+        if x is None:
+            self._empty(status)
+            return True
+        if not x.done:
+            eng = _engine()
+            with eng.lock:
+                eng.progress()
+            if not x.done:
+                return False
+        self._finish(status)
+        return True
+
+    def Get_status(self, status: Status | None = None) -> bool:
+        """Test for completion without freeing the request (MPI_Request_get_status)."""
+        x = self._active()
+        if x is None:
+            self._empty(status)
+            return True
+        if not x.done:
+            eng = _engine()
+            with eng.lock:
+                eng.progress()
+        if x.done and status is not None:
+            status._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
+        return x.done
+
+    def Cancel(self) -> None:
+        """Cancel a pending request (MPI_Cancel); completion is still needed."""
+        x = self._active()
+        if x is None:
+            raise error(ERR_REQUEST, "Request.Cancel: null request")
+        if x.kind == 2:  # generalized request
+            self._cancel_greq(x)
+            return
+        _engine().cancel(x)
+
+    def _cancel_greq(self, x) -> None:
+        raise error(ERR_REQUEST, "Request.Cancel: not a generalized request")
+
+    def Free(self) -> None:
+        """Free the request (MPI_Request_free); a pending operation still completes."""
+        if self._x is None:
+            raise error(ERR_REQUEST, "Request.Free: null request")
+        x = self._x
+        self._x = None
+        if not x.done:
+            keep = self._keep
+            if keep is not None:  # keep buffers alive until the operation finishes
+                prev = x.on_done
+
+                def _drop(xx, keep=keep, prev=prev):
+                    if prev is not None:
+                        prev(xx)
+
+                x.on_done = _drop
+        self._keep = None
+
+    # --- multiple completion (buffer API) -------------------------------------------------
+    @classmethod
+    def Waitany(cls, requests, status: Status | None = None) -> int:
+        """Wait for any request to complete (MPI_Waitany); UNDEFINED if none active."""
+        reqs = list(requests)
+        act = [(i, r._active()) for i, r in enumerate(reqs) if r._active() is not None]
+        if not act:
+            if status is not None:
+                status._fill(-2, -1, 0)
+            return UNDEFINED
+        if not any(x.done for _, x in act):
+            _engine().wait_any([x for _, x in act])
+        for i, x in act:
+            if x.done:
+                r = reqs[i]
+                try:
+                    r._finish(status)
+                finally:
+                    _writeback(requests, i, r)
+                return i
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def Testany(cls, requests, status: Status | None = None) -> tuple[int, bool]:
+        """Test for any completed request (MPI_Testany)."""
+        reqs = list(requests)
+        act = [(i, r._active()) for i, r in enumerate(reqs) if r._active() is not None]
+        if not act:
+            if status is not None:
+                status._fill(-2, -1, 0)
+            return UNDEFINED, True
+        eng = _engine()
+        with eng.lock:
+            eng.progress()
+        for i, x in act:
+            if x.done:
+                r = reqs[i]
+                try:
+                    r._finish(status)
+                finally:
+                    _writeback(requests, i, r)
+                return i, True
+        return UNDEFINED, False
+
+    @classmethod
+    def Get_status_any(cls, requests, status: Status | None = None) -> tuple[int, bool]:
+        """Like Testany, without freeing (MPI_Request_get_status_any)."""
+        reqs = list(requests)
+        act = [(i, r._active()) for i, r in enumerate(reqs) if r._active() is not None]
+        if not act:
+            return UNDEFINED, True
+        eng = _engine()
+        with eng.lock:
+            eng.progress()
+        for i, x in act:
+            if x.done:
+                if status is not None:
+                    status._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
+                return i, True
+        return UNDEFINED, False
+
+    @classmethod
+    def Waitall(cls, requests, statuses=None) -> bool:
+        """Wait for all requests (MPI_Waitall)."""
+        reqs = list(requests)
+        xs = [r._active() for r in reqs]
+        eng = _engine()
+        pend = [x for x in xs if x is not None and not x.done]
+        if pend:
+            eng.wait_until(lambda: all(x.done for x in pend))
+        _complete_many(requests, reqs, range(len(reqs)), statuses)
+        return True
+
+    @classmethod
+    def Testall(cls, requests, statuses=None) -> bool:
+        """Test whether all requests completed (MPI_Testall); completes them all if so."""
+        reqs = list(requests)
+        eng = _engine()
+        with eng.lock:
+            eng.progress()
+        if any(r._active() is not None and not r._active().done for r in reqs):
+            return False
+        _complete_many(requests, reqs, range(len(reqs)), statuses)
+        return True
+
+    @classmethod
+    def Get_status_all(cls, requests, statuses=None) -> bool:
+        """Whether all requests completed, without freeing (MPI_Request_get_status_all)."""
+        reqs = list(requests)
+        eng = _engine()
+        with eng.lock:
+            eng.progress()
+        xs = [r._active() for r in reqs]
+        if any(x is not None and not x.done for x in xs):
+            return False
+        if statuses is not None:
+            _grow(statuses, len(reqs))
+            for i, x in enumerate(xs):
+                if x is None:
+                    statuses[i]._fill(-2, -1, 0)
+                else:
+                    statuses[i]._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
+        return True
+
+    @classmethod
+    def Waitsome(cls, requests, statuses=None):
+        """Wait for some requests (MPI_Waitsome); None if none active."""
+        reqs = list(requests)
+        act = [r._active() for r in reqs]
+        live = [x for x in act if x is not None]
+        if not live:
+            return None
+        if not any(x.done for x in live):
+            _engine().wait_any(live)
+        idx = [i for i, x in enumerate(act) if x is not None and x.done]
+        _complete_many(requests, reqs, idx, statuses, compact=True)
+        return idx
+
+    @classmethod
+    def Testsome(cls, requests, statuses=None):
+        """Test for some completed requests (MPI_Testsome); None if none active."""
+        reqs = list(requests)
+        act = [r._active() for r in reqs]
+        if all(x is None for x in act):
+            return None
+        eng = _engine()
+        with eng.lock:
+            eng.progress()
+        idx = [i for i, x in enumerate(act) if x is not None and x.done]
+        _complete_many(requests, reqs, idx, statuses, compact=True)
+        return idx
+
+    @classmethod
+    def Get_status_some(cls, requests, statuses=None):
+        """Indices of completed requests, without freeing (MPI_Request_get_status_some)."""
+        reqs = list(requests)
+        act = [r._active() for r in reqs]
+        if all(x is None for x in act):
+            return None
+        eng = _engine()
+        with eng.lock:
+            eng.progress()
+        idx = [i for i, x in enumerate(act) if x is not None and x.done]
+        if statuses is not None:
+            _grow(statuses, len(idx))
+            for k, i in enumerate(idx):
+                x = act[i]
+                statuses[k]._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
+        return idx
+
+    # --- object API -----------------------------------------------------------------------
+    def wait(self, status: Status | None = None):
+        """Wait and return the received object (None for sends)."""
+        self.Wait(status)
+        return self._value
+
+    def test(self, status: Status | None = None):
+        """Test; returns (flag, object or None)."""
+        flag = self.Test(status)
+        return flag, (self._value if flag else None)
+
+    def get_status(self, status: Status | None = None) -> bool:
+        """Test without freeing the request."""
+        return self.Get_status(status)
+
+    def cancel(self) -> None:
+        """Cancel the request."""
+        self.Cancel()
+
+    @classmethod
+    def waitany(cls, requests, status: Status | None = None):
+        """Wait for any; returns (index, object)."""
+        i = cls.Waitany(requests, status)
+        return i, (_value_at(requests, i) if i != UNDEFINED else None)
+
+    @classmethod
+    def testany(cls, requests, status: Status | None = None):
+        """Test for any; returns (index, flag, object)."""
+        saved = list(requests)
+        i, flag = cls.Testany(requests, status)
+        return i, flag, (saved[i]._value if flag and i != UNDEFINED else None)
+
+    @classmethod
+    def waitall(cls, requests, statuses=None) -> list:
+        """Wait for all; returns the list of objects."""
+        saved = list(requests)
+        cls.Waitall(requests, statuses)
+        return [r._value for r in saved]
+
+    @classmethod
+    def testall(cls, requests, statuses=None):
+        """Test all; returns (flag, objects or None)."""
+        saved = list(requests)
+        flag = cls.Testall(requests, statuses)
+        return flag, ([r._value for r in saved] if flag else None)
+
+    @classmethod
+    def waitsome(cls, requests, statuses=None):
+        """Wait for some; returns (indices, objects) or (None, None)."""
+        saved = list(requests)
+        idx = cls.Waitsome(requests, statuses)
+        if idx is None:
+            return None, None
+        return idx, [saved[i]._value for i in idx]
+
+    @classmethod
+    def testsome(cls, requests, statuses=None):
+        """Test some; returns (indices, objects) or (None, None)."""
+        saved = list(requests)
+        idx = cls.Testsome(requests, statuses)
+        if idx is None:
+            return None, None
+        return idx, [saved[i]._value for i in idx]
+
+
+def _value_at(requests, i):
+    r = requests[i]
+    return r._value
+
+
+def _writeback(requests, i, r) -> None:
+    """Completed entries of a caller's list become REQUEST_NULL (persistent ones stay)."""
+    if isinstance(requests, list) and r._x is None and not isinstance(r, Prequest):
+        requests[i] = r  # the same object, now null (== REQUEST_NULL)
+
+
+def _grow(statuses, n: int) -> None:
+    if isinstance(statuses, list):
+        while len(statuses) < n:
+            statuses.append(Status())
+
+
+def _complete_many(requests, reqs, idx, statuses, compact: bool = False) -> None:
+    idx = list(idx)
+    if statuses is not None:
+        _grow(statuses, len(idx) if compact else len(reqs))
+    errors = []
+    for k, i in enumerate(idx):
+        r = reqs[i]
+        st = None if statuses is None else statuses[k if compact else i]
+        try:
+            if r._active() is None:
+                r._empty(st)
+            else:
+                r._finish(st)
+        except MPIException as e:
+            errors.append((i, e))
+            if st is not None:
+                st.error = e.Get_error_class()
+        _writeback(requests, i, r)
+    if errors:
+        if len(errors) == 1 and len(idx) == 1:
+            raise errors[0][1]
+        if statuses is not None and not compact:
+            failed = {i for i, _ in errors}
+            for i in range(len(reqs)):
+                if i not in failed and statuses[i].error == SUCCESS and reqs[i]._x is not None:
+                    statuses[i].error = ERR_PENDING
+        first = errors[0][1]
+        raise error(ERR_IN_STATUS, f"{len(errors)} request(s) failed; first: {first}")
+
+
+class Prequest(Request):
+    """Persistent request (MPI_Request from *_init): Start, Wait, Start again."""
+
+    __slots__ = ("_start", "_inactive_x")
+
+    @classmethod
+    def _persistent(cls, start, comm=None, keep=None) -> "Prequest":
+        r = cls.__new__(cls)
+        r._x = None
+        r._comm, r._post, r._keep, r._value = comm, None, keep, None
+        r._start = start
+        r._inactive_x = None
+        return r
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Request):
+            return NotImplemented
+        if self._start is None:
+            return other._x is None and not getattr(other, "_start", None)
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        return self._start is not None
+
+    def _release(self) -> None:
+        self._x = None  # inactive; the operation can be started again
+
+    def Start(self) -> None:
+        """Start the persistent request (MPI_Start)."""
+        if self._start is None:
+            raise error(ERR_REQUEST, "Prequest.Start: null or freed request")
+        if self._x is not None and not self._x.done:
+            raise error(ERR_REQUEST, "Prequest.Start: request is already active")
+        self._x = self._start()
+
+    @classmethod
+    def Startall(cls, requests) -> None:
+        """Start a list of persistent requests (MPI_Startall)."""
+        for r in requests:
+            r.Start()
+
+    def Free(self) -> None:
+        """Free the persistent request (MPI_Request_free)."""
+        if self._start is None:
+            raise error(ERR_REQUEST, "Prequest.Free: null request")
+        self._start = None
+        self._x = None
+        self._keep = None
+
+
+class Grequest(Request):
+    """Generalized request (MPI_Grequest_start / MPI_Grequest_complete)."""
+
+    __slots__ = ("_query", "_free", "_cancel", "_args", "_kwargs")
+
+    @classmethod
+    def Start(cls, query_fn=None, free_fn=None, cancel_fn=None, args=None, kwargs=None) -> "Grequest":
+        """Create a generalized request (MPI_Grequest_start)."""
+        from ._progress import GREQ, Xfer
+
+        _rt.ensure()
+        r = cls.__new__(cls)
+        r._x = Xfer(GREQ)
+        r._x.st_source, r._x.st_tag = -2, -1
+        r._comm = r._post = r._keep = r._value = None
+        r._query, r._free, r._cancel = query_fn, free_fn, cancel_fn
+        r._args = tuple(args) if args is not None else ()
+        r._kwargs = dict(kwargs) if kwargs is not None else {}
+        return r
+
+    def Complete(self) -> None:
+        """Mark the generalized request complete (MPI_Grequest_complete)."""
+        x = self._x
+        if x is None:
+            raise error(ERR_REQUEST, "Grequest.Complete: null request")
+        x.done = True
+
+    complete = Complete
+
+    def _finish(self, status) -> None:
+        x = self._x
+        st = Status()
+        st._fill(-2, -1, 0)
+        if self._query is not None:
+            self._query(st, *self._args, **self._kwargs)
+        x.st_source, x.st_tag, x.st_nbytes, x.cancelled = st.source, st.tag, st._nbytes, st.cancelled
+        if st.error:
+            x.err = st.error
+        if self._free is not None:
+            self._free(*self._args, **self._kwargs)
+        super()._finish(status)
+
+    def _cancel_greq(self, x) -> None:
+        if self._cancel is not None:
+            self._cancel(x.done, *self._args, **self._kwargs)
+
+
+REQUEST_NULL = Request()

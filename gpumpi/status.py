@@ -1,0 +1,117 @@
+"""Status of a completed receive or request (MPI_Status), pure (L1)."""
+
+from __future__ import annotations
+
+from .constants import ANY_SOURCE, ANY_TAG, UNDEFINED
+from .errors import ERR_ARG, ERR_TYPE, SUCCESS, error
+
+
+def _byte():
+    from .datatypes import BYTE
+
+    return BYTE
+
+
+class Status:
+    """Status object (MPI_Status): source, tag, error, received size, cancelled flag."""
+
+    __slots__ = ("source", "tag", "error", "_nbytes", "cancelled")
+
+    def __init__(self, status: "Status | None" = None) -> None:
+        if status is None:
+            self.source, self.tag, self.error, self._nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
+        else:
+            self.source, self.tag, self.error = status.source, status.tag, status.error
+            self._nbytes, self.cancelled = status._nbytes, status.cancelled
+
+    def _fill(self, source: int, tag: int, nbytes: int, err: int = SUCCESS, cancelled: bool = False) -> None:
+        self.source, self.tag, self._nbytes, self.error, self.cancelled = source, tag, nbytes, err, cancelled
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Status):
+            return NotImplemented
+        return (self.source, self.tag, self.error, self._nbytes, self.cancelled) == (
+            other.source, other.tag, other.error, other._nbytes, other.cancelled)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"<Status source={self.source} tag={self.tag} error={self.error} bytes={self._nbytes}>"
+
+    def Get_source(self) -> int:
+        """Message source (MPI_SOURCE)."""
+        return self.source
+
+    def Set_source(self, source: int) -> None:
+        """Set the message source."""
+        self.source = int(source)
+
+    def Get_tag(self) -> int:
+        """Message tag (MPI_TAG)."""
+        return self.tag
+
+    def Set_tag(self, tag: int) -> None:
+        """Set the message tag."""
+        self.tag = int(tag)
+
+    def Get_error(self) -> int:
+        """Error code (MPI_ERROR)."""
+        return self.error
+
+    def Set_error(self, error: int) -> None:
+        """Set the error code."""
+        self.error = int(error)
+
+    def Get_count(self, datatype=None) -> int:
+        """Number of received entries of ``datatype`` (MPI_Get_count); UNDEFINED if not whole."""
+        dt = _byte() if datatype is None else datatype
+        size = _dt_size(dt, "Status.Get_count")
+        if size == 0:
+            return 0 if self._nbytes == 0 else UNDEFINED
+        q, r = divmod(self._nbytes, size)
+        return UNDEFINED if r else q
+
+    def Get_elements(self, datatype) -> int:
+        """Number of received basic elements (MPI_Get_elements)."""
+        size = _dt_size(datatype, "Status.Get_elements")
+        elements = getattr(datatype, "_elements_in", None)
+        if elements is not None:
+            return elements(self._nbytes)
+        if size == 0:
+            return 0
+        q, r = divmod(self._nbytes, size)
+        return UNDEFINED if r else q
+
+    def Set_elements(self, datatype, count: int) -> None:
+        """Set the number of received elements of ``datatype`` (MPI_Status_set_elements)."""
+        count = int(count)
+        if count < 0:
+            raise error(ERR_ARG, f"Status.Set_elements: negative count ({count})")
+        self._nbytes = count * _dt_size(datatype, "Status.Set_elements")
+
+    def Is_cancelled(self) -> bool:
+        """Whether the request was cancelled (MPI_Test_cancelled)."""
+        return self.cancelled
+
+    def Set_cancelled(self, flag: bool) -> None:
+        """Set the cancelled flag (MPI_Status_set_cancelled)."""
+        self.cancelled = bool(flag)
+
+    @property
+    def count(self) -> int:
+        """Byte count (``Get_count()``)."""
+        return self.Get_count()
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self.Set_elements(_byte(), value)
+
+
+def _dt_size(dt, call: str) -> int:
+    size = getattr(dt, "size", None)
+    if size is None:
+        raise TypeError(f"{call}: expected a Datatype ({type(dt).__name__})")
+    try:
+        return int(size)
+    except Exception as e:  # a freed/null datatype raises MPI.Exception from .size
+        raise error(ERR_TYPE, f"{call}: invalid datatype ({dt!r})") from e
