@@ -24,6 +24,8 @@ GPUMPI_TRANSPORTS     e.g. "host:shm,device:staging" to force transport choice.
 GPUMPI_DEVICE         auto (default), sim, or none.
 GPUMPI_ASYNC_PROGRESS 1: start a progress thread.
 GPUMPI_NVTX           0: disable NVTX ranges even when nvtx is importable (default 1).
+GPUMPI_FAULTHANDLER   0: the rank does not register faulthandler on SIGUSR1 (test harnesses
+                      that register their own dump file set this).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Config:
     device: str = "auto"
     async_progress: bool = False
     nvtx: bool = True
+    faulthandler: bool = True
 
     @property
     def launched(self) -> bool:
@@ -100,6 +103,7 @@ def _read(env) -> Config:
         device=env.get("GPUMPI_DEVICE", "auto").strip().lower() or "auto",
         async_progress=_bool(env, "GPUMPI_ASYNC_PROGRESS", False),
         nvtx=_bool(env, "GPUMPI_NVTX", True),
+        faulthandler=_bool(env, "GPUMPI_FAULTHANDLER", True),
     )
 
 

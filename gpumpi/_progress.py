@@ -131,8 +131,9 @@ class Engine:
         self.eager_limit = min(cfg.eager_limit, self.tr.max_payload - 64)
         self.chunk = min(cfg.chunk, self.tr.max_payload)
         self.cma = bool(cfg.cma) and cma.available()
+        # a peer may have died before this rank started: take the job's record as it is now
         self.epoch = seg.epoch if seg is not None else 0
-        self.failed: set = set()
+        self.failed: set = set(seg.failed_ranks()) if seg is not None else set()
         self.launcher_pid = cfg.launcher_pid
         self._pids: dict = {}
         self.closed = False

@@ -68,7 +68,7 @@ def init(required: int = THREAD_MULTIPLE) -> None:
                     f"GPUMPI_SIZE {cfg.size}, GPUMPI_RANK {cfg.rank})")
             cma.allow_peers()
             seg.set_attached(cfg.rank, os.getpid())
-            _install_rank_hooks(cfg.rank)
+            _install_rank_hooks(cfg.rank, cfg.faulthandler)
             rank, size = cfg.rank, cfg.size
         else:
             rank, size = 0, 1
@@ -150,7 +150,7 @@ def abort(code: int = 1, message: str | None = None) -> None:
         os._exit(code & 0xFF)
 
 
-def _install_rank_hooks(rank: int) -> None:
+def _install_rank_hooks(rank: int, dump_on_usr1: bool) -> None:
     prefix = f"[rank {rank}] "
 
     def hook(etype, value, tb):
@@ -163,6 +163,8 @@ def _install_rank_hooks(rank: int) -> None:
         os._exit(1)
 
     sys.excepthook = hook
+    if not dump_on_usr1:
+        return
     try:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     except (AttributeError, RuntimeError, ValueError):

@@ -462,8 +462,8 @@ class Prequest(Request):
         """Start the persistent request (MPI_Start)."""
         if self._start is None:
             raise error(ERR_REQUEST, "Prequest.Start: null or freed request")
-        if self._x is not None and not self._x.done:
-            raise error(ERR_REQUEST, "Prequest.Start: request is already active")
+        if self._x is not None:
+            raise error(ERR_REQUEST, "Prequest.Start: request is already active (complete it first)")
         self._x = self._start()
 
     @classmethod
