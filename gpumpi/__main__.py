@@ -7,6 +7,7 @@ is the ``gpumpi`` command instead (:func:`gpumpi.cli.main`, imported only then).
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Sequence
 
@@ -18,7 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in _TOOLS:
         try:
-            from . import cli
+            cli = importlib.import_module("gpumpi.cli")
         except ModuleNotFoundError as e:
             if e.name != "gpumpi.cli":
                 raise

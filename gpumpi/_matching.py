@@ -93,15 +93,31 @@ class Matcher:
     # --- message side -------------------------------------------------------------------
     def arrive(self, ctx: int, source: int, tag: int, item):
         """A message arrived.  Returns the matched posted receive (removed), or None (queued)."""
-        q = self._q(ctx)
+        x = self.match_posted(ctx, source, tag)
+        if x is None:
+            self.add_unexpected(ctx, source, tag, item)
+        return x
+
+    def match_posted(self, ctx: int, source: int, tag: int):
+        """First posted receive that accepts a message (source, tag), removed; or None.
+
+        With :meth:`add_unexpected` this splits :meth:`arrive` so a caller can build
+        the message's record only when it has to wait in the unexpected queue.
+        """
+        q = self._ctx.get(ctx)
+        if q is None:
+            return None
         posted = q.posted
         for i, e in enumerate(posted):
             s = e[0]
             if (s == source or s == ANY_SOURCE) and (e[1] == tag or e[1] == ANY_TAG):
                 del posted[i]
                 return e[2]
-        q.unexpected.append((source, tag, item))
         return None
+
+    def add_unexpected(self, ctx: int, source: int, tag: int, item) -> None:
+        """Queue a message no posted receive accepted (after :meth:`match_posted` said None)."""
+        self._q(ctx).unexpected.append((source, tag, item))
 
     def withdraw(self, ctx: int, item) -> bool:
         """Remove an unexpected message (its sender cancelled it); False if already matched."""

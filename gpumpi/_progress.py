@@ -81,6 +81,7 @@ class Xfer:
         self.cancelled = False
         self.on_done = None
         self.dynamic = False
+        self.addr = None
         self.result = None
         self.st_source = ANY_SOURCE
         self.st_tag = -1
@@ -167,44 +168,57 @@ class Engine:
         self._finish(x)
 
     # --- posting --------------------------------------------------------------------------
-    def isend(self, bufs, nbytes: int, wpeer: int, src: int, tag: int, ctx: int, mode: int, call: str) -> Xfer:
-        """Post a send of the host buffers ``bufs`` (memoryviews, concatenated) to world rank ``wpeer``."""
-        x = Xfer(SEND)
-        x.peer = wpeer
-        x.tag = tag
-        x.ctx = ctx
-        x.mode = mode
-        x.bufs = bufs
-        x.nbytes = nbytes
-        x.call = call
+    def isend(self, bufs, nbytes: int, wpeer: int, src: int, tag: int, ctx: int, mode: int, call: str,
+              addrs=None) -> Xfer:
+        """Post a send of the host buffers ``bufs`` (memoryviews, concatenated) to world rank ``wpeer``.
+
+        ``addrs`` gives the buffers' addresses when the caller knows them.  A standard
+        eager send completes at once and returns the shared completed ``SENT``.
+        """
         with self.lock:
             if wpeer in self.failed:
+                x = Xfer(SEND)
+                x.peer = wpeer
                 self._fail(x, ERR_PROC_FAILED, f"{call}: peer process failed (rank {wpeer})")
                 return x
             if nbytes <= self.eager_limit:
                 payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
-                if mode == P.SYNCHRONOUS:
-                    x.msgid = m = self._new_msgid()
-                    x.state = P.WAIT_ACK
-                    self.sends[m] = x
-                    self.tr.send(wpeer, P.EAGER, P.FLAG_SYNC, src, ctx, tag, nbytes, m, payload)
-                else:
-                    self.tr.send(wpeer, P.EAGER, 0, src, ctx, tag, nbytes, 0, payload)
-                    x.state = P.DONE
-                    x.done = True
-            else:
+                if mode != P.SYNCHRONOUS:
+                    tr = self.tr
+                    tr.send(wpeer, P.EAGER, 0, src, ctx, tag, nbytes, 0, payload)
+                    if tr.backlog[wpeer] is not None:
+                        self.progress()
+                    return SENT
+                x = Xfer(SEND)
                 x.msgid = m = self._new_msgid()
                 x.state = P.WAIT_ACK
                 self.sends[m] = x
-                segs = [(address_of(b), len(b)) for b in bufs]
-                self.tr.send(wpeer, P.RTS, P.FLAG_CMA if self.cma else 0, src, ctx, tag, nbytes, m, encode_segments(segs))
+                self.tr.send(wpeer, P.EAGER, P.FLAG_SYNC, src, ctx, tag, nbytes, m, payload)
+            else:
+                x = Xfer(SEND)
+                x.msgid = m = self._new_msgid()
+                x.state = P.WAIT_ACK
+                self.sends[m] = x
+                if addrs is None:
+                    addrs = [address_of(b) for b in bufs]
+                segs = [(a, len(b)) for a, b in zip(addrs, bufs)]
+                self.tr.send(wpeer, P.RTS, P.FLAG_CMA if self.cma else 0, src, ctx, tag, nbytes, m,
+                             encode_segments(segs))
+            x.peer = wpeer
+            x.tag = tag
+            x.ctx = ctx
+            x.mode = mode
+            x.bufs = bufs
+            x.nbytes = nbytes
+            x.call = call
             self.progress()
         return x
 
-    def irecv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str) -> Xfer:
-        """Post a receive into ``mem`` (``cap`` bytes); ``mem=None`` allocates on match."""
+    def irecv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None) -> Xfer:
+        """Post a receive into ``mem`` (``cap`` bytes at ``addr`` if known); ``mem=None`` allocates on match."""
         x = Xfer(RECV)
         x.mem = mem
+        x.addr = addr
         x.cap = cap
         x.ctx = ctx
         x.src = source
@@ -215,7 +229,8 @@ class Engine:
         with self.lock:
             arr = self.matcher.post_recv(ctx, source, tag, x)
             if arr is not None:
-                self._match(x, arr, None)
+                self._match(x, arr.peer, arr.src, arr.ctx, arr.tag, arr.kind, arr.flags, arr.nbytes, arr.msgid,
+                            arr.data, arr.segs)
             elif wpeer in self.failed or (wpeer == ANY_SOURCE and self.failed):
                 self.matcher.cancel_recv(ctx, x)
                 self._fail_recv_for_failure(x)
@@ -226,65 +241,70 @@ class Engine:
     def deliver(self, x: Xfer, arr: Arrival) -> None:
         """Complete receive ``x`` with an arrival taken by a matched probe."""
         with self.lock:
-            self._match(x, arr, None)
+            self._match(x, arr.peer, arr.src, arr.ctx, arr.tag, arr.kind, arr.flags, arr.nbytes, arr.msgid,
+                        arr.data, arr.segs)
 
     # --- matching and frames ---------------------------------------------------------------
-    def _match(self, x: Xfer, arr: Arrival, live) -> None:
-        if arr.flags & P.FLAG_SYNC or arr.kind == P.RTS:
-            self.cancellable.pop((arr.peer, arr.msgid), None)
-        n = arr.nbytes
+    def _match(self, x: Xfer, peer, src, ctx, tag, kind, flags, n, msgid, data, segs) -> None:
+        """Receive ``x`` matched a message: copy eager data, or read/pull a rendezvous one."""
+        if flags & P.FLAG_SYNC or kind == P.RTS:
+            self.cancellable.pop((peer, msgid), None)
         if x.dynamic:
             x.mem = bytearray(n)
             x.cap = n
+            x.addr = None
         cap = x.cap
         take = n if n <= cap else cap
-        x.st_source = arr.src
-        x.st_tag = arr.tag
+        x.st_source = src
+        x.st_tag = tag
         x.st_nbytes = take
         if n > cap:
             x.err = ERR_TRUNCATE
             x.errmsg = f"{x.call}: message truncated ({n} bytes, buffer {cap})"
-        if arr.kind == P.EAGER:
+        if kind == P.EAGER:
             if take:
-                x.mem[:take] = (live if live is not None else arr.data)[:take]
-            if arr.flags & P.FLAG_SYNC:
-                self.tr.send(arr.peer, P.ACK, 0, 0, arr.ctx, 0, 0, arr.msgid)
+                x.mem[:take] = data if take == n else data[:take]
+            if flags & P.FLAG_SYNC:
+                self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
             x.state = P.step(P.RECV, x.state, "eager")
             self._finish(x)
             return
         # rendezvous
-        if self.cma and arr.flags & P.FLAG_CMA:
+        if self.cma and flags & P.FLAG_CMA:
             if take == 0:
                 errno = 0
             else:
-                errno = cma.read(self.pid_of(arr.peer), arr.segs, address_of(x.mem), take)
+                addr = x.addr
+                if addr is None:
+                    addr = x.addr = address_of(x.mem)
+                errno = cma.read(self.pid_of(peer), segs, addr, take)
             if errno == 0:
-                self.tr.send(arr.peer, P.ACK, 0, 0, arr.ctx, 0, 0, arr.msgid)
+                self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
                 x.state = P.step(P.RECV, x.state, "rts_read")
                 self._finish(x)
                 return
             self.cma = False  # the kernel refused: use the staged path from now on
         x.got = 0
         x.nbytes = n
-        x.arrival = arr
         x.state = P.step(P.RECV, x.state, "rts_push")
-        self.pulls[(arr.peer, arr.msgid)] = x
-        self.tr.send(arr.peer, P.CTS, 0, 0, arr.ctx, 0, 0, arr.msgid)
+        self.pulls[(peer, msgid)] = x
+        self.tr.send(peer, P.CTS, 0, 0, ctx, 0, 0, msgid)
 
     def _on_frame(self, peer: int, hdr, payload) -> None:
         _, kind, flags, src, ctx, tag, nbytes, msgid = hdr
         if kind == P.EAGER or kind == P.RTS:
-            arr = Arrival(peer, src, ctx, tag, kind, flags, nbytes, msgid)
-            if kind == P.RTS:
-                arr.segs = decode_segments(payload)
-            x = self.matcher.arrive(ctx, src, tag, arr)
+            segs = decode_segments(payload) if kind == P.RTS else None
+            x = self.matcher.match_posted(ctx, src, tag)
             if x is not None:
-                self._match(x, arr, payload)
-            else:
-                if kind == P.EAGER:
-                    arr.data = bytes(payload)
-                if flags & P.FLAG_SYNC or kind == P.RTS:
-                    self.cancellable[(peer, msgid)] = arr
+                self._match(x, peer, src, ctx, tag, kind, flags, nbytes, msgid, payload, segs)
+                return
+            arr = Arrival(peer, src, ctx, tag, kind, flags, nbytes, msgid)
+            arr.segs = segs
+            if kind == P.EAGER:
+                arr.data = bytes(payload)
+            self.matcher.add_unexpected(ctx, src, tag, arr)
+            if flags & P.FLAG_SYNC or kind == P.RTS:
+                self.cancellable[(peer, msgid)] = arr
         elif kind == P.DATA:
             x = self.pulls[(peer, msgid)]
             n = len(payload)
@@ -478,3 +498,8 @@ class Engine:
 
 
 _UNSET = object()
+
+#: The completed send every standard eager send returns (it needs no state of its own).
+SENT = Xfer(SEND)
+SENT.done = True
+SENT.state = P.DONE

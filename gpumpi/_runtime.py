@@ -72,6 +72,9 @@ def init(required: int = THREAD_MULTIPLE) -> None:
             rank, size = cfg.rank, cfg.size
         else:
             rank, size = 0, 1
+        from ._arrays import set_device_mode
+
+        set_device_mode(cfg.device)
         SEG = seg
         ENGINE = Engine(rank, size, seg, cfg)
         _state["initialized"] = True

@@ -23,7 +23,8 @@ import struct
 from . import _pickle
 from . import _protocol as P
 from . import _runtime as _rt
-from ._progress import GREQ, RECV, Xfer
+from ._buffers import message_simple
+from ._progress import GREQ, RECV, SENT, Xfer
 from .constants import (
     ANY_SOURCE,
     ANY_TAG,
@@ -66,8 +67,6 @@ _PART_IDX = struct.Struct("<Q")
 
 
 def _msg(spec, readonly: bool, rank: int, call: str):
-    from ._buffers import message_simple
-
     return message_simple(spec, readonly, rank, 1, call)
 
 
@@ -423,7 +422,8 @@ class Comm:
         mem = _host_view(m, call)
         if mode == BUFFERED:
             return self._bsend(mem, dest, tag, call)
-        return _rt.ENGINE.isend([mem], len(mem), self._w[dest], self._rank, tag, self._ctx, mode, call)
+        return _rt.ENGINE.isend([mem], len(mem), self._w[dest], self._rank, tag, self._ctx, mode, call,
+                                (m.addr + m.lo,))
 
     def _bsend(self, mem, dest: int, tag: int, call: str):
         holder = self._bpool if self._bpool.get("pool") is not None else _bsend
@@ -453,7 +453,7 @@ class Comm:
         m = _msg(buf, False, source, call)
         mem = _host_view(m, call)
         wpeer = ANY_SOURCE if source == ANY_SOURCE else self._w[source]
-        return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, self._ctx, call)
+        return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, self._ctx, call, m.addr + m.lo)
 
     def _wait(self, x, status, call: str) -> None:
         if x is None:
@@ -468,7 +468,7 @@ class Comm:
             self._raise(error(x.err, x.errmsg))
 
     def _req(self, x, keep=None) -> Request:
-        if x is None:
+        if x is None or x is SENT:  # every request needs a handle of its own
             x = _done_xfer()
         return Request._of(x, self, None, keep)
 

@@ -70,12 +70,34 @@ def allow_peers() -> None:
         return
 
 
+_one_local = _IOVec()
+_one_remote = _IOVec()
+_p_local = ctypes.pointer(_one_local)
+_p_remote = ctypes.pointer(_one_remote)
+
+
 def read(pid: int, remote: list, local_addr: int, nbytes: int) -> int:
     """Copy ``nbytes`` from the peer's segments ``[(addr, len), ...]`` to ``local_addr``.
 
     Returns 0 on success or the errno that stopped it (the caller falls back).
+    Callers serialise calls (the progress engine holds its lock).
     """
     f = _load()
+    if len(remote) == 1 and remote[0][1] >= nbytes:
+        # one segment (the common case): reuse preallocated iovecs, loop on short reads
+        a = remote[0][0]
+        done = 0
+        while done < nbytes:
+            _one_local.iov_base = local_addr + done
+            _one_local.iov_len = _one_remote.iov_len = nbytes - done
+            _one_remote.iov_base = a + done
+            got = f(pid, _p_local, 1, _p_remote, 1, 0)
+            if got < 0:
+                return ctypes.get_errno() or 1
+            if got == 0:
+                return 5
+            done += got
+        return 0
     done = 0
     seg = 0
     skip = 0  # bytes of remote[seg] already read

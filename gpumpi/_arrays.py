@@ -1,0 +1,579 @@
+"""Array backends and BufferView (L2): every buffer is normalised once, at the API edge.
+
+Theory of operation
+===================
+:func:`as_buffer` turns anything mpi4py accepts as a buffer into a
+:class:`BufferView`: the address of the first byte, the byte count, whether the
+memory is read-only, the element format (for datatype inference), the memory
+kind and device, and the owner object, kept alive as long as the view.
+
+Probing order, as mpi4py's ``PyMPI_GetBuffer``: an exact ``numpy.ndarray`` first
+(the hot path), then a converter chosen once per Python type:
+
+* ``numpy.ndarray`` subclasses: the NumPy converter;
+* types whose top-level module has a registered backend (:func:`register_backend`;
+  built in: ``cupy`` and ``numba`` read ``__cuda_array_interface__`` first): the
+  backend's converter, produced by a lazy loader on first use, so nothing here
+  imports cupy or numba;
+* anything else: the buffer protocol, then DLPack (``__dlpack__`` +
+  ``__dlpack_device__``), then the CUDA array interface.
+
+Buffers must be C- or Fortran-contiguous (``BufferError`` otherwise) and writable
+when ``readonly`` is false (``BufferError``).  ``BufferView.readonly`` reports the
+memory itself, whatever access was asked for.
+
+Memory kinds: ``'host'`` (addressable by the CPU: NumPy, the buffer protocol,
+DLPack CPU/CUDA-host, CAI pointers the CUDA driver calls host memory),
+``'device'`` (CUDA device or managed memory, per the driver) and ``'sim'``
+(CAI/DLPack-CUDA pointers when no CUDA driver is present, under
+:func:`set_device_mode` ``("sim")``, or from a type with a true
+``__gpumpi_sim__`` attribute: simulated device memory, addressable from the
+host).  The driver is consulted through :func:`cuda_pointer_attributes`, the one
+place that knows CUDA's constants.  ``BufferView.mem`` is a 1-D ``'B'``
+memoryview of the bytes for host and sim memory (built on first use; ``None``
+for device memory).
+
+The NumPy hot path reads the data pointer and flags straight from the
+``PyArrayObject`` header (``data`` at offset 16, ``flags`` at offset 64 on 64-bit
+little-endian CPython, read through two read-only memoryviews of the address
+space): ``ndarray.__array_interface__`` and ``ndarray.ctypes`` cost microseconds
+each.  The layout is checked against ``ndarray.ctypes.data``/``ndarray.flags`` on
+sample arrays at import; if it does not match, the slow attributes are used.
+Nothing derived from an object is cached: per-type converters and the datatype
+of each builtin (immortal) NumPy dtype are.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import numpy as np
+
+from .datatypes._core import Datatype
+from .datatypes.predefined import TypeDict, lookup_format
+
+__all__ = [
+    "BufferView",
+    "NotABufferError",
+    "as_buffer",
+    "register_backend",
+    "set_device_mode",
+    "cuda_pointer_attributes",
+    "datatype_of",
+    "lookup_dtype",
+    "HOST",
+    "SIM",
+    "DEVICE",
+]
+
+HOST, SIM, DEVICE = "host", "sim", "device"
+
+
+def _p(call: str) -> str:
+    return f"{call}: " if call else ""
+
+
+class NotABufferError(TypeError):
+    """The object exposes no buffer protocol, DLPack or CUDA array interface."""
+
+
+_ndarray = np.ndarray
+_new = object.__new__
+_id = id
+_C_CONTIG, _F_CONTIG, _WRITEABLE = 0x1, 0x2, 0x400  # NPY_ARRAY_* flag bits
+
+
+class BufferView:
+    """A buffer normalised for communication: address, bytes, format, memory kind, owner."""
+
+    __slots__ = ("obj", "addr", "nbytes", "readonly", "format", "itemsize", "kind", "device", "stream", "_mem")
+
+    def __init__(self, obj, addr: int, nbytes: int, readonly: bool, format, itemsize: int,
+                 kind: str = HOST, device: int | None = None, stream=None, mem=None) -> None:
+        self.obj = obj  # owner, kept alive: the array, exporter, or DLPack capsule
+        self.addr = addr  # int address of the first byte
+        self.nbytes = nbytes
+        self.readonly = readonly
+        self.format = format  # PEP 3118 format str, or a numpy.dtype for NumPy arrays
+        self.itemsize = itemsize
+        self.kind = kind  # 'host' | 'sim' | 'device'
+        self.device = device  # device ordinal for 'device'/'sim', None for 'host'
+        self.stream = stream  # producer stream from __cuda_array_interface__, else None
+        self._mem = mem
+
+    @property
+    def mem(self) -> memoryview | None:
+        """1-D ``'B'`` memoryview of the ``nbytes`` bytes (host and sim memory; None on a device)."""
+        m = self._mem
+        if m is None and self.kind != DEVICE:
+            m = self._mem = _make_mem(self)
+        return m
+
+    def __repr__(self) -> str:
+        return (f"<BufferView {self.kind} addr={self.addr:#x} nbytes={self.nbytes} "
+                f"format={self.format!r} readonly={self.readonly} owner={type(self.obj).__name__}>")
+
+
+def _raw_mem(addr: int, nbytes: int, readonly: bool, owner) -> memoryview:
+    """A memoryview over raw host-addressable bytes; the owner rides along with it."""
+    if nbytes == 0:
+        return memoryview(b"") if readonly else memoryview(bytearray())
+    arr = (ctypes.c_char * nbytes).from_address(addr)
+    arr._owner = owner
+    m = memoryview(arr).cast("B")
+    return m.toreadonly() if readonly else m
+
+
+def _make_mem(view: BufferView) -> memoryview:
+    obj = view.obj
+    if isinstance(obj, _ndarray):
+        return nd_bytes(obj)
+    return _raw_mem(view.addr, view.nbytes, view.readonly, obj)
+
+
+def nd_bytes(a) -> memoryview:
+    """1-D ``'B'`` memoryview of a contiguous ndarray's bytes, in memory order."""
+    try:
+        return memoryview(a).cast("B")
+    except TypeError:  # Fortran order: the transpose is C-ordered over the same bytes
+        try:
+            return memoryview(a.T).cast("B")
+        except (TypeError, ValueError):
+            pass
+    except ValueError:  # no buffer format (datetimes)
+        pass
+    addr, fl = _nd_addr_flags(a)
+    return _raw_mem(addr, a.nbytes, not fl & _WRITEABLE, a)
+
+
+# -- NumPy ---------------------------------------------------------------------------------
+
+
+def _peek_tables():
+    """Word views of memory at offsets 16 and 64 from every address: ``T[id(a) >> 3]`` reads the
+    ``data`` pointer / ``flags`` word of ndarray ``a``, if the PyArrayObject layout checks out."""
+    if sys.implementation.name != "cpython" or ctypes.sizeof(ctypes.c_void_p) != 8 or sys.byteorder != "little":
+        return None, None
+    from_memory = ctypes.pythonapi.PyMemoryView_FromMemory
+    from_memory.restype = ctypes.py_object
+    from_memory.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
+    data = from_memory(16, 1 << 62, 0x100).cast("Q")  # 0x100: PyBUF_READ
+    flags = from_memory(64, 1 << 62, 0x100).cast("Q")
+    ro = np.arange(4.0)
+    ro.flags.writeable = False
+    base = np.arange(24, dtype=np.int32).reshape(4, 6)
+    for a in (np.arange(6.0), np.zeros((3, 4), order="F"), base[:, ::2], base[1:], ro, np.empty(0), base.T):
+        i = id(a) >> 3
+        fl = flags[i]
+        if (data[i] != a.ctypes.data
+                or bool(fl & _C_CONTIG) != a.flags.c_contiguous
+                or bool(fl & _F_CONTIG) != a.flags.f_contiguous
+                or bool(fl & _WRITEABLE) != a.flags.writeable):
+            return None, None
+    return data, flags
+
+
+_DATA, _FLAGS = _peek_tables()
+_PEEK = _DATA is not None
+
+
+def _nd_addr_flags(a) -> tuple[int, int]:
+    if _PEEK:
+        i = id(a) >> 3
+        return _DATA[i], _FLAGS[i]
+    f = a.flags
+    return (a.__array_interface__["data"][0],
+            (f.c_contiguous and _C_CONTIG) | (f.f_contiguous and _F_CONTIG) | (f.writeable and _WRITEABLE))
+
+
+def _from_ndarray(a, readonly: bool, call: str) -> BufferView:
+    addr, fl = _nd_addr_flags(a)
+    if not fl & (_C_CONTIG | _F_CONTIG):
+        raise BufferError(f"{_p(call)}buffer is not contiguous (shape {a.shape}, strides {a.strides}, "
+                          f"itemsize {a.itemsize})")
+    ro = not fl & _WRITEABLE
+    if ro and not readonly:
+        raise BufferError(f"{_p(call)}buffer is not writable (read-only {type(a).__name__})")
+    return BufferView(a, addr, a.nbytes, ro, a.dtype, a.itemsize, HOST)
+
+
+# -- buffer protocol -----------------------------------------------------------------------
+
+
+def _from_memoryview(owner, mv: memoryview, readonly: bool, call: str) -> BufferView:
+    if mv.readonly and not readonly:
+        raise BufferError(f"{_p(call)}buffer is not writable (read-only {type(owner).__name__})")
+    if mv.c_contiguous:
+        u8 = np.frombuffer(mv, np.uint8)
+    elif mv.f_contiguous:
+        try:
+            u8 = np.asarray(mv).ravel(order="K").view(np.uint8)
+        except (ValueError, TypeError) as exc:
+            raise BufferError(f"{_p(call)}Fortran-ordered buffer with format {mv.format!r} "
+                              f"is not supported ({type(owner).__name__})") from exc
+    else:
+        raise BufferError(f"{_p(call)}buffer is not contiguous (shape {mv.shape}, strides {mv.strides}, "
+                          f"itemsize {mv.itemsize})")
+    addr, _ = _nd_addr_flags(u8)
+    return BufferView(owner, addr, mv.nbytes, mv.readonly, mv.format, mv.itemsize, HOST, mem=memoryview(u8))
+
+
+# -- DLPack --------------------------------------------------------------------------------
+
+kDLCPU, kDLCUDA, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged = 1, 2, 3, 11, 13
+kDLInt, kDLUInt, kDLFloat, kDLComplex, kDLBool = 0, 1, 2, 5, 6
+_DLPACK_READ_ONLY = 1
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("major", ctypes.c_uint32),
+        ("minor", ctypes.c_uint32),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_valid.restype = ctypes.c_int
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_pointer.restype = ctypes.c_void_p
+
+_DL_INT = {1: "b", 2: "h", 4: "i", 8: "l"}
+_DL_UINT = {1: "B", 2: "H", 4: "I", 8: "L"}
+_DL_FLOAT = {2: "e", 4: "f", 8: "d", 16: "g"}
+_DL_COMPLEX = {8: "Zf", 16: "Zd", 32: "Zg"}
+
+
+def _dlpack_format(code: int, bits: int, lanes: int) -> tuple[str, int]:
+    """PEP 3118 format and itemsize of a DLPack dtype (mpi4py ``dlpack_get_format``)."""
+    if lanes != 1:
+        if code == kDLFloat and lanes == 2 and bits in (32, 64, 128):
+            return _DL_COMPLEX[bits // 4], bits // 4
+        return "B", 1
+    nbytes = (bits + 7) // 8
+    table = {kDLInt: _DL_INT, kDLUInt: _DL_UINT, kDLFloat: _DL_FLOAT, kDLComplex: _DL_COMPLEX}.get(code)
+    fmt = "?" if code == kDLBool and bits == 8 else (table.get(nbytes) if table and bits % 8 == 0 else None)
+    return (fmt, nbytes) if fmt else ("B", 1)
+
+
+def _contig(shape, strides, unit: int, order: str) -> bool:
+    """C or Fortran contiguity of (shape, strides); strides and unit in the same measure."""
+    size = unit
+    dims = range(len(shape)) if order == "F" else range(len(shape) - 1, -1, -1)
+    for i in dims:
+        if shape[i] > 1 and strides[i] != size:
+            return False
+        size *= shape[i]
+    return True
+
+
+def _from_dlpack(obj, readonly: bool, call: str) -> BufferView:
+    dev_type, dev_id = obj.__dlpack_device__()
+    if dev_type == kDLCPU:
+        return _from_ndarray(np.from_dlpack(obj), readonly, call)
+    if dev_type not in (kDLCUDA, kDLCUDAHost, kDLCUDAManaged, kDLROCMHost):
+        raise BufferError(f"{_p(call)}dlpack: unsupported device type {dev_type} ({type(obj).__name__})")
+    try:
+        capsule = obj.__dlpack__(stream=-1, max_version=(1, 0), copy=False)
+    except TypeError:  # DLPack 0.x producer
+        capsule = obj.__dlpack__(stream=-1)
+    if _capsule_valid(capsule, b"dltensor_versioned"):
+        managed = _DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, b"dltensor_versioned"))
+        if managed.major < 1:
+            raise BufferError(f"{_p(call)}dlpack: unexpected version {managed.major}.{managed.minor}")
+        ro = bool(managed.flags & _DLPACK_READ_ONLY)
+    elif _capsule_valid(capsule, b"dltensor"):
+        managed = _DLManagedTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+        ro = False
+    else:
+        raise BufferError(f"{_p(call)}dlpack: invalid capsule object ({type(obj).__name__})")
+    t = managed.dl_tensor
+    ndim = t.ndim
+    if ndim < 0 or (ndim > 0 and not t.shape):
+        raise BufferError(f"{_p(call)}dlpack: invalid shape (ndim {ndim})")
+    shape = [t.shape[i] for i in range(ndim)]
+    if any(s < 0 for s in shape):
+        raise BufferError(f"{_p(call)}dlpack: shape item is negative ({shape})")
+    if t.strides:
+        strides = [t.strides[i] for i in range(ndim)]
+        if any(s < 0 for s in strides):
+            raise BufferError(f"{_p(call)}dlpack: strides item is negative ({strides})")
+        if not _contig(shape, strides, 1, "C") and not _contig(shape, strides, 1, "F"):
+            raise BufferError(f"{_p(call)}dlpack: buffer is not contiguous (shape {shape}, strides {strides})")
+    if ro and not readonly:
+        raise BufferError(f"{_p(call)}buffer is not writable (read-only dlpack {type(obj).__name__})")
+    count = 1
+    for s in shape:
+        count *= s
+    dt = t.dtype
+    nbytes = count * ((dt.bits * dt.lanes + 7) // 8)
+    fmt, itemsize = _dlpack_format(dt.code, dt.bits, dt.lanes)
+    addr = (t.data or 0) + t.byte_offset
+    if dev_type in (kDLCUDAHost, kDLROCMHost):
+        kind, device = HOST, None
+    else:
+        kind, device = _device_pointer_kind(addr, dev_id)
+    return BufferView(capsule, addr, nbytes, ro, fmt, itemsize, kind, device)
+
+
+# -- CUDA array interface ------------------------------------------------------------------
+
+_CAI_FORMATS = {
+    ("b", 1): "?",
+    ("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "l",
+    ("u", 1): "B", ("u", 2): "H", ("u", 4): "I", ("u", 8): "L",
+    ("f", 2): "e", ("f", 4): "f", ("f", 8): "d", ("f", 16): "g",
+    ("c", 4): "Ze", ("c", 8): "Zf", ("c", 16): "Zd", ("c", 32): "Zg",
+}
+_FOREIGN = ">" if sys.byteorder == "little" else "<"
+
+
+def _from_cai(obj, readonly: bool, call: str) -> BufferView:
+    cai = obj.__cuda_array_interface__
+    ptr, ro = cai["data"]
+    typestr = cai["typestr"]
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    count = 1
+    for s in shape:
+        count *= s
+    if ptr is None and count == 0:
+        ptr = 0
+    byteorder, itemsize = typestr[:1], int(typestr[2:])
+    if byteorder not in ("<", ">", "|"):
+        raise BufferError(f"{_p(call)}__cuda_array_interface__: typestr {typestr!r} with unrecognized byte order")
+    if cai.get("mask") is not None:
+        raise BufferError(f"{_p(call)}__cuda_array_interface__: cannot handle masked arrays")
+    if count < 0:
+        raise BufferError(f"{_p(call)}__cuda_array_interface__: buffer with negative size "
+                          f"(shape:{shape}, size:{count})")
+    if strides is not None and not _contig(shape, strides, itemsize, "C") and not _contig(
+            shape, strides, itemsize, "F"):
+        raise BufferError(f"{_p(call)}__cuda_array_interface__: buffer is not contiguous "
+                          f"(shape:{shape}, strides:{tuple(strides)}, itemsize:{itemsize})")
+    if ro and not readonly:
+        raise BufferError(f"{_p(call)}buffer is not writable (read-only __cuda_array_interface__ "
+                          f"{type(obj).__name__})")
+    fmt = _CAI_FORMATS.get((typestr[1:2], itemsize), "B")
+    if fmt != "B" and byteorder == _FOREIGN:
+        fmt = byteorder + fmt
+    if getattr(type(obj), "__gpumpi_sim__", False):  # simulated device arrays (gpumpi.testing)
+        kind, device = SIM, 0
+    else:
+        kind, device = _device_pointer_kind(ptr, None)
+    return BufferView(obj, ptr, count * itemsize, bool(ro), fmt, itemsize if fmt != "B" else 1,
+                      kind, device, cai.get("stream"))
+
+
+# -- generic chain and registry ------------------------------------------------------------
+
+
+def _from_protocols(obj, readonly: bool, call: str) -> BufferView:
+    """Buffer protocol, then DLPack, then CAI (mpi4py ``PyMPI_GetBuffer``)."""
+    try:
+        mv = memoryview(obj)
+    except Exception as exc:
+        tp = type(obj)
+        if hasattr(tp, "__dlpack__") and hasattr(tp, "__dlpack_device__"):
+            return _from_dlpack(obj, readonly, call)
+        if hasattr(obj, "__cuda_array_interface__"):
+            return _from_cai(obj, readonly, call)
+        if isinstance(exc, TypeError):
+            raise NotABufferError(f"{_p(call)}expecting a buffer (buffer protocol, DLPack or "
+                                  f"__cuda_array_interface__), got {tp.__name__}") from exc
+        raise
+    return _from_memoryview(obj, mv, readonly, call)
+
+
+def _cai_first(obj, readonly: bool, call: str) -> BufferView:
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cai(obj, readonly, call)
+    return _from_protocols(obj, readonly, call)
+
+
+# top-level module name -> loader returning a converter(obj, readonly, call) -> BufferView
+_LOADERS: dict = {
+    "cupy": lambda: _cai_first,
+    "numba": lambda: _cai_first,
+}
+_CONVERTERS: dict = {}
+
+
+def register_backend(module: str, loader) -> None:
+    """Register an array backend for the types defined under top-level module ``module``.
+
+    ``loader()`` is called once, the first time such an object is seen, and returns a
+    converter ``(obj, readonly, call) -> BufferView``; it may import its library.
+    """
+    _LOADERS[module] = loader
+    _CONVERTERS.clear()
+
+
+def _resolve(tp):
+    if issubclass(tp, _ndarray):
+        conv = _from_ndarray
+    else:
+        loader = _LOADERS.get((getattr(tp, "__module__", None) or "").partition(".")[0])
+        conv = loader() if loader is not None else _from_protocols
+    _CONVERTERS[tp] = conv
+    return conv
+
+
+def as_buffer(obj, readonly: bool, call: str = "") -> BufferView:
+    """Normalise a buffer-like object into a :class:`BufferView` (mpi4py ``getbuffer``).
+
+    ``readonly`` false requires writable memory.  Raises ``BufferError`` for
+    non-contiguous or read-only memory and ``TypeError`` for objects that are not
+    buffers; messages start with ``call``.
+    """
+    if type(obj) is _ndarray:
+        if _PEEK:
+            i = _id(obj) >> 3
+            fl = _FLAGS[i]
+            if fl & 3 and (readonly or fl & _WRITEABLE):
+                v = _new(BufferView)
+                v.obj = obj
+                v.addr = _DATA[i]
+                v.nbytes = obj.nbytes
+                v.readonly = not fl & _WRITEABLE
+                v.format = obj.dtype
+                v.itemsize = obj.itemsize
+                v.kind = HOST
+                v.device = v.stream = v._mem = None
+                return v
+        return _from_ndarray(obj, readonly, call)
+    conv = _CONVERTERS.get(type(obj))
+    if conv is None:
+        conv = _resolve(type(obj))
+    return conv(obj, readonly, call)
+
+
+# -- memory kind of device pointers --------------------------------------------------------
+
+CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+CU_MEMORYTYPE_HOST = 1
+CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
+
+_driver: list = []  # [] untried, [None] absent, [lib] loaded
+_device_mode = ["auto"]
+
+
+def _cuda_driver():
+    if not _driver:
+        lib = None
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            lib.cuInit.argtypes = [ctypes.c_uint]
+            lib.cuInit.restype = ctypes.c_int
+            lib.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+            lib.cuPointerGetAttribute.restype = ctypes.c_int
+            if lib.cuInit(0) != CUDA_SUCCESS:  # e.g. CUDA_ERROR_NO_DEVICE: a driver without GPUs
+                lib = None
+        except (OSError, AttributeError):
+            lib = None
+        _driver.append(lib)
+    return _driver[0]
+
+
+def cuda_pointer_attributes(addr: int) -> tuple[str, int | None] | None:
+    """Ask the CUDA driver what ``addr`` is: ``('host', None)`` or ``('device', ordinal)``.
+
+    Returns None when no CUDA driver (or no GPU) is present.  Pointers CUDA does not
+    know (``CUDA_ERROR_INVALID_VALUE``: pageable host memory) are host memory; pinned
+    host memory is host memory; device and managed memory are device memory.
+    """
+    lib = _cuda_driver()
+    if lib is None:
+        return None
+    memtype = ctypes.c_uint(0)
+    rc = lib.cuPointerGetAttribute(ctypes.byref(memtype), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr)
+    if rc == CUDA_ERROR_INVALID_VALUE:
+        return (HOST, None)
+    if rc != CUDA_SUCCESS:
+        raise BufferError(f"cuPointerGetAttribute: CUDA error {rc} for pointer {addr:#x}")
+    if memtype.value == CU_MEMORYTYPE_HOST:
+        return (HOST, None)
+    ordinal = ctypes.c_int(-1)
+    rc = lib.cuPointerGetAttribute(ctypes.byref(ordinal), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, addr)
+    return (DEVICE, ordinal.value if rc == CUDA_SUCCESS else None)
+
+
+def set_device_mode(mode: str) -> None:
+    """How device-interface pointers are classified: ``'auto'`` (ask the CUDA driver; the
+    default; ``'none'`` behaves the same here) or ``'sim'`` (always simulated device memory)."""
+    if mode not in ("auto", "sim", "none"):
+        raise ValueError(f"set_device_mode: unknown mode {mode!r} (expected 'auto', 'sim' or 'none')")
+    _device_mode[0] = mode
+
+
+def _device_pointer_kind(addr: int, device: int | None) -> tuple[str, int | None]:
+    if _device_mode[0] != "sim":
+        attrs = cuda_pointer_attributes(addr)
+        if attrs is not None:
+            return attrs
+    return (SIM, device or 0)
+
+
+# -- datatype inference --------------------------------------------------------------------
+
+_DT_BY_ID: dict[int, Datatype] = {}  # id(builtin numpy dtype) -> Datatype; builtins are immortal
+
+
+def lookup_dtype(dtype, call: str = "") -> Datatype:
+    """Map a NumPy dtype to the predefined datatype mpi4py infers for its buffer format.
+
+    ``BufferError`` for non-native byte order, ``KeyError`` when there is none.
+    """
+    dt = _DT_BY_ID.get(id(dtype))
+    if dt is not None:
+        return dt
+    dtype = np.dtype(dtype)
+    if dtype.kind in "mM":  # NumPy exports no buffer format for datetimes
+        fmt = ("" if dtype.isnative else dtype.byteorder) + dtype.kind + str(dtype.itemsize)
+        dt = TypeDict.get(fmt) if dtype.isnative else None
+        if dt is None:
+            raise KeyError(f"{_p(call)}cannot map {dtype.str!r} to MPI datatype")
+    else:
+        dt = lookup_format(memoryview(np.empty(0, dtype)).format, call)
+    if dtype.isbuiltin == 1:
+        _DT_BY_ID[id(dtype)] = dt
+    return dt
+
+
+def datatype_of(view: BufferView, call: str = "") -> Datatype:
+    """The datatype mpi4py infers for a buffer from its element format."""
+    fmt = view.format
+    if type(fmt) is str:
+        return lookup_format(fmt, call)
+    return lookup_dtype(fmt, call)

@@ -1,0 +1,470 @@
+"""Buffer specifications (L2): mpi4py's message grammar, parsed into :class:`Msg` / :class:`MsgV`.
+
+Theory of operation
+===================
+Uppercase calls describe memory with mpi4py's buffer specs (``msgbuffer.pxi``)::
+
+    BufSpec  : buf | [buf, count] | [buf, datatype] | [buf, count, datatype]
+             | [buf, (count, displ), datatype] | [buf, count, displ, datatype]
+             | [BOTTOM, count, datatype]
+    BufSpecV : buf | [buf, counts] | [buf, (counts, displs)] | [buf, datatype]
+             | [buf, counts, datatype] | [buf, (counts, displs), datatype]
+             | [buf, counts, displs, datatype]
+
+``datatype`` is a :class:`Datatype` or a type string (``'d'``, ``'i4'``, ``'<f8'``);
+without one it is inferred from the buffer's element format.  ``displ`` counts
+datatype extents.  Without a count, ``count = (nbytes - displ*extent) / extent``,
+divided by ``blocks`` (the number of per-process blocks in a collective).  In the
+simple form ``(count, displ)`` may be a tuple or a list; in the vector form only a
+tuple is ``(counts, displs)`` (a two-item list is ``counts``).  ``counts=None``
+splits the buffer as evenly as possible, remainder to the low ranks; a scalar
+count is replicated; ``displs=None`` is the prefix sum of counts; an integer
+``displs`` is a stride.  ``None`` and ``BOTTOM`` as ``buf`` mean absolute
+addresses and need an explicit datatype.  A ``PROC_NULL`` peer skips parsing.
+
+Errors are mpi4py's: ``ValueError``/``TypeError``/``BufferError``/``KeyError`` with
+mpi4py's text (``"message: negative count -1"``) after a ``"<call>: "`` prefix, and
+``MPI.Exception(ERR_TYPE)`` for a null or freed datatype.  Unlike mpi4py, a
+message must lie inside its buffer: a count (or count and displacement) that
+reaches past either end is a ``ValueError``, so no call reads or writes
+memory it was not given.
+
+A message touches the bytes ``[addr + lo, addr + lo + span)``: ``addr`` is MPI's
+buffer pointer (buffer start + ``displ*extent``), element ``i`` sits at
+``addr + i*extent``, and ``lo`` is 0 unless the datatype reaches below its
+origin.  ``mem`` is a memoryview of exactly those bytes (host and sim memory).
+
+The common case, ``comm.Send(a, dest)`` with a contiguous NumPy array, takes a
+fast path that reads the array header and builds only the :class:`Msg`; its
+:class:`~gpumpi._arrays.BufferView` (``Msg.view``) is built if someone asks.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from ._arrays import (
+    _DATA,
+    _DT_BY_ID,
+    _FLAGS,
+    _PEEK,
+    DEVICE,
+    HOST,
+    BufferView,
+    NotABufferError,
+    _raw_mem,
+    as_buffer,
+    datatype_of,
+    lookup_dtype,
+    nd_bytes,
+)
+from .constants import BOTTOM, PROC_NULL
+from .datatypes._core import _PREDEFINED_COMBINERS, Datatype
+from .datatypes.predefined import lookup_typecode
+from .errors import ERR_TYPE, error
+
+__all__ = ["Msg", "MsgV", "message_simple", "message_vector"]
+
+_id = id
+_ndarray = np.ndarray
+
+
+class _Message:
+    __slots__ = ()
+
+    @property
+    def view(self) -> BufferView | None:
+        """The buffer (None for BOTTOM); built on first use for fast-path messages."""
+        v = self._view
+        if v is None and self.obj is not None:
+            v = self._view = as_buffer(self.obj, True)
+        return v
+
+    @property
+    def mem(self) -> memoryview | None:
+        """Memoryview of the bytes ``[addr + lo, addr + lo + span)`` (host and sim memory)."""
+        m = self._mem
+        if m is None:
+            v, obj = self._view, self.obj
+            if v is not None:
+                if v.kind == DEVICE:
+                    return None
+                whole, base = v.mem, v.addr
+            elif obj is None:  # absolute addresses (BOTTOM)
+                m = self._mem = _raw_mem(self.addr + self.lo, self.span, False, None)
+                return m
+            else:  # an ndarray parsed straight from its header
+                whole, base = nd_bytes(obj), None
+            span = self.span
+            if span == len(whole):  # the message spans its whole buffer
+                m = whole
+            else:
+                if base is None:
+                    base = _DATA[_id(obj) >> 3]
+                off = self.addr + self.lo - base
+                m = whole[off:off + span]
+            self._mem = m
+        return m
+
+
+class Msg(_Message):
+    """A parsed simple buffer spec (``BufSpec``/``BufSpecB``).
+
+    ``obj`` owner kept alive (None for BOTTOM); ``view`` its BufferView; ``addr`` MPI's
+    buffer pointer; ``count`` elements per block; ``datatype``; ``nbytes`` packed bytes
+    per block (``count * datatype.size``); ``blocks`` (1 unless a collective passed more);
+    ``lo``/``span`` the touched bytes ``[addr + lo, addr + lo + span)`` over all blocks,
+    block ``i`` starting at ``addr + i * count * extent``; ``kind`` 'host'/'sim'/'device';
+    ``contiguous`` (one copy moves the message); ``mem`` those bytes (None on a device).
+    """
+
+    __slots__ = ("obj", "_view", "addr", "count", "datatype", "nbytes", "span", "lo", "blocks", "kind",
+                 "contiguous", "_mem")
+
+    def __repr__(self) -> str:
+        return (f"<Msg {self.kind} addr={self.addr:#x} count={self.count} datatype={self.datatype!r} "
+                f"nbytes={self.nbytes} blocks={self.blocks}>")
+
+
+class MsgV(_Message):
+    """A parsed vector buffer spec (``BufSpecV``).
+
+    As :class:`Msg`, except: ``addr`` is the buffer start; block ``i`` has ``counts[i]``
+    elements from ``addr + displs[i] * extent``; ``nbytes`` is the packed total
+    ``sum(counts) * datatype.size``; ``blocks`` is the number of blocks.
+    """
+
+    __slots__ = ("obj", "_view", "addr", "counts", "displs", "datatype", "nbytes", "span", "lo", "blocks",
+                 "kind", "contiguous", "_mem")
+
+    def __repr__(self) -> str:
+        return (f"<MsgV {self.kind} addr={self.addr:#x} counts={self.counts} displs={self.displs} "
+                f"datatype={self.datatype!r}>")
+
+
+def _prefix(call: str) -> str:
+    return f"{call}: " if call else ""
+
+
+def _asdatatype(o_type, call: str) -> Datatype:
+    if isinstance(o_type, Datatype):
+        return o_type
+    return lookup_typecode(o_type, call)
+
+
+def _is_integral(ob) -> bool:
+    """mpi4py's ``is_integral``: an index that is not a sized sequence."""
+    tp = type(ob)
+    if not hasattr(tp, "__index__"):
+        return False
+    if not hasattr(tp, "__getitem__") or issubclass(tp, dict):
+        return True
+    try:
+        len(ob)
+    except Exception:
+        pass
+    else:
+        return False
+    try:
+        operator.index(ob)
+    except Exception:
+        return False
+    return True
+
+
+def _index(value, call: str) -> int:
+    try:
+        return operator.index(value)
+    except TypeError as exc:
+        raise TypeError(f"{_prefix(call)}{exc}") from None
+
+
+def _chkarray(ob, n: int, call: str) -> tuple:
+    values = tuple(_index(ob[i], call) for i in range(len(ob)))
+    if len(values) != n:
+        raise ValueError(f"{_prefix(call)}expecting {n} items, got {len(values)}")
+    return values
+
+
+def _basic(o_buf, o_type, readonly: bool, call: str):
+    """Owner, view (None: BOTTOM, or not built yet), address, length, kind, datatype (``message_basic``)."""
+    if o_buf is None or o_buf is BOTTOM:
+        return None, None, 0, 0, HOST, _asdatatype(o_type, call)
+    if type(o_buf) is _ndarray and _PEEK:
+        i = _id(o_buf) >> 3
+        fl = _FLAGS[i]
+        if fl & 3 and (readonly or fl & 0x400):
+            if o_type is None:
+                datatype = _DT_BY_ID.get(_id(o_buf.dtype)) or lookup_dtype(o_buf.dtype, call)
+            elif type(o_type) is Datatype:
+                datatype = o_type
+            else:
+                datatype = _asdatatype(o_type, call)
+            return o_buf, None, _DATA[i], o_buf.nbytes, HOST, datatype
+    view = as_buffer(o_buf, readonly, call)
+    datatype = datatype_of(view, call) if o_type is None else _asdatatype(o_type, call)
+    return view.obj, view, view.addr, view.nbytes, view.kind, datatype
+
+
+def _invalid(datatype: Datatype, call: str):
+    if datatype._size is None:
+        raise error(ERR_TYPE, f"{_prefix(call)}invalid datatype (MPI_DATATYPE_NULL)")
+    raise error(ERR_TYPE, f"{_prefix(call)}datatype has been freed ({datatype._handle:#x})")
+
+
+def _extent_for(datatype: Datatype, what: str, call: str) -> int:
+    """The extent, checked usable for ``what`` (raising mpi4py's errors otherwise)."""
+    extent = datatype._extent
+    if extent is not None and extent > 0 and not datatype._rec.freed:
+        return extent
+    if datatype._size is None:
+        raise ValueError(f"{_prefix(call)}message: cannot {what}, datatype is null")
+    if datatype._rec.freed:
+        _invalid(datatype, call)
+    lb = datatype._lb
+    raise ValueError(f"{_prefix(call)}message: cannot {what}, datatype extent {extent} "
+                     f"(lb:{lb}, ub:{lb + extent})")
+
+
+def _bounds(datatype: Datatype, start: int, n: int) -> tuple[int, int]:
+    """Byte range ``[lo, hi)`` touched by ``n > 0`` elements whose first origin is ``start``."""
+    if datatype._contig:
+        lo = start + datatype._lb
+        return lo, lo + n * datatype._extent
+    step = (n - 1) * datatype._extent
+    lo = start + datatype._true_lb + (step if step < 0 else 0)
+    hi = start + datatype._true_lb + datatype._true_extent + (step if step > 0 else 0)
+    return lo, hi
+
+
+def _check_bottom(datatype: Datatype, count: int, call: str) -> None:
+    if datatype._combiner in _PREDEFINED_COMBINERS or datatype._true_lb <= 0:
+        raise ValueError(f"{_prefix(call)}message: BOTTOM buffer needs a datatype built from absolute "
+                         f"addresses (got {datatype._rec.name or repr(datatype)}, count {count}, "
+                         f"true lb {datatype._true_lb})")
+
+
+def _top_level(spec, readonly: bool, call: str):
+    """A bare ``buf`` spec: anything but a buffer is mpi4py's TypeError."""
+    if spec is None or spec is BOTTOM:
+        raise TypeError(f"{_prefix(call)}message: expecting buffer or list/tuple")
+    try:
+        return _basic(spec, None, readonly, call)
+    except NotABufferError:
+        raise TypeError(f"{_prefix(call)}message: expecting buffer or list/tuple") from None
+
+
+def message_simple(spec, readonly: bool, rank: int, blocks: int = 1, call: str = "") -> Msg | None:
+    """Parse a simple buffer spec (mpi4py ``message_simple``); None when ``rank`` is PROC_NULL.
+
+    ``readonly`` false requires writable memory; ``blocks`` > 1 divides an inferred
+    count into that many per-process blocks (an explicit count is per block).
+    """
+    if rank == PROC_NULL:
+        return None
+    if type(spec) is _ndarray and _PEEK and blocks < 2:
+        i = _id(spec) >> 3
+        fl = _FLAGS[i]
+        if fl & 3 and (readonly or fl & 0x400):
+            datatype = _DT_BY_ID.get(_id(spec.dtype))
+            if datatype is not None:
+                nbytes = spec.nbytes
+                m = Msg()
+                m.obj = spec
+                m._view = m._mem = None
+                m.addr = _DATA[i]
+                m.count = nbytes // datatype._extent
+                m.datatype = datatype
+                m.nbytes = m.span = nbytes
+                m.lo = 0
+                m.blocks = 1
+                m.kind = HOST
+                m.contiguous = True
+                return m
+    return _message_simple(spec, readonly, blocks, call)
+
+
+def _message_simple(spec, readonly: bool, blocks: int, call: str) -> Msg:
+    o_count = o_displ = None
+    if isinstance(spec, (list, tuple)):
+        nargs = len(spec)
+        o_type = None
+        if nargs == 2:
+            o_buf, o_count = spec
+            if isinstance(o_count, (Datatype, str)):
+                o_count, o_type = None, o_count
+            elif isinstance(o_count, (tuple, list)):
+                o_count, o_displ = o_count
+        elif nargs == 3:
+            o_buf, o_count, o_type = spec
+            if isinstance(o_count, (tuple, list)):
+                o_count, o_displ = o_count
+        elif nargs == 4:
+            o_buf, o_count, o_displ, o_type = spec
+        else:
+            raise ValueError(f"{_prefix(call)}message: expecting 2 to 4 items")
+        obj, view, baddr, length, kind, datatype = _basic(o_buf, o_type, readonly, call)
+    else:
+        o_buf = spec
+        obj, view, baddr, length, kind, datatype = _top_level(spec, readonly, call)
+    bsize = length
+
+    offset = 0
+    if o_displ is not None:
+        displ = _index(o_displ, call)
+        if displ < 0:
+            raise ValueError(f"{_prefix(call)}message: negative displacement {displ}")
+        if displ > 0:
+            extent = _extent_for(datatype, "handle displacement", call)
+            if displ * extent > length:
+                raise ValueError(f"{_prefix(call)}message: displacement {displ} out of bounds, "
+                                 f"number of datatype entries {length // extent}")
+            offset = displ * extent
+            length -= offset
+    if o_count is not None:
+        count = _index(o_count, call)
+        if count < 0:
+            raise ValueError(f"{_prefix(call)}message: negative count {count}")
+        if count > 0 and o_buf is None:
+            raise ValueError(f"{_prefix(call)}message: buffer is None but count is {count}")
+    elif length > 0:
+        extent = _extent_for(datatype, "infer count", call)
+        if length % extent:
+            lb = datatype._lb
+            raise ValueError(f"{_prefix(call)}message: cannot infer count, buffer length {length} is not a "
+                             f"multiple of datatype extent {extent} (lb:{lb}, ub:{lb + extent})")
+        count = length // extent
+        if blocks > 1:
+            if count % blocks:
+                raise ValueError(f"{_prefix(call)}message: cannot infer count, number of entries {count} "
+                                 f"is not a multiple of required number of blocks {blocks}")
+            count //= blocks
+    else:
+        count = 0
+    if datatype._size is None or datatype._rec.freed:
+        _invalid(datatype, call)
+
+    nblocks = blocks if blocks > 1 else 1
+    lo = span = 0
+    if count:
+        lo, hi = _bounds(datatype, offset, count * nblocks)
+        if obj is None:
+            _check_bottom(datatype, count, call)
+        elif lo < 0 or hi > bsize:
+            what = f"{count} x {nblocks} blocks" if nblocks > 1 else f"count {count}"
+            raise ValueError(f"{_prefix(call)}message: buffer too small for {what} of datatype "
+                             f"{datatype._rec.name or repr(datatype)} (needs bytes [{lo}, {hi}), "
+                             f"buffer length {bsize})")
+        span = hi - lo
+        lo -= offset
+    m = Msg()
+    m.obj = obj
+    m._view = view
+    m.addr = baddr + offset
+    m.count = count
+    m.datatype = datatype
+    m.nbytes = count * datatype._size
+    m.span = span
+    m.lo = lo
+    m.blocks = nblocks
+    m.kind = kind
+    m.contiguous = datatype._contig
+    m._mem = None
+    return m
+
+
+def message_vector(spec, readonly: bool, rank: int, blocks: int, call: str = "") -> MsgV | None:
+    """Parse a vector buffer spec (mpi4py ``message_vector``); None when ``rank`` is PROC_NULL.
+
+    ``blocks`` is the number of per-process blocks (the communicator size).
+    """
+    if rank == PROC_NULL:
+        return None
+    o_counts = o_displs = o_type = None
+    if isinstance(spec, (list, tuple)):
+        nargs = len(spec)
+        if nargs == 2:
+            o_buf, o_counts = spec
+            if isinstance(o_counts, (Datatype, str)):
+                o_counts, o_type = None, o_counts
+            elif isinstance(o_counts, tuple):
+                o_counts, o_displs = o_counts
+        elif nargs == 3:
+            o_buf, o_counts, o_type = spec
+            if isinstance(o_counts, tuple):
+                o_counts, o_displs = o_counts
+        elif nargs == 4:
+            o_buf, o_counts, o_displs, o_type = spec
+        else:
+            raise ValueError(f"{_prefix(call)}message: expecting 2 to 4 items")
+        obj, view, baddr, bsize, kind, datatype = _basic(o_buf, o_type, readonly, call)
+    else:
+        o_buf = spec
+        obj, view, baddr, bsize, kind, datatype = _top_level(spec, readonly, call)
+
+    if o_counts is None:
+        csize = 0
+        if bsize > 0:
+            extent = _extent_for(datatype, "infer count", call)
+            if bsize % extent:
+                lb = datatype._lb
+                raise ValueError(f"{_prefix(call)}message: cannot infer count, buffer length {bsize} is not a "
+                                 f"multiple of datatype extent {extent} (lb:{lb}, ub:{lb + extent})")
+            csize = bsize // extent
+        q, r = divmod(csize, blocks) if blocks > 0 else (0, 0)
+        counts = tuple(q + (i < r) for i in range(blocks))
+    elif _is_integral(o_counts):
+        counts = (_index(o_counts, call),) * blocks
+    else:
+        counts = _chkarray(o_counts, blocks, call)
+    if o_displs is None:
+        acc, displs = 0, []
+        for c in counts:
+            displs.append(acc)
+            acc += c
+        displs = tuple(displs)
+    elif _is_integral(o_displs):
+        stride = _index(o_displs, call)
+        displs = tuple(stride * i for i in range(blocks))
+    else:
+        displs = _chkarray(o_displs, blocks, call)
+    for c in counts:
+        if c < 0:
+            raise ValueError(f"{_prefix(call)}message: negative count {c}")
+    if datatype._size is None or datatype._rec.freed:
+        _invalid(datatype, call)
+
+    lo = hi = 0
+    extent = datatype._extent
+    first = True
+    for i, (c, d) in enumerate(zip(counts, displs)):
+        if not c:
+            continue
+        if o_buf is None:
+            raise ValueError(f"{_prefix(call)}message: buffer is None but count is {c}")
+        blo, bhi = _bounds(datatype, d * extent, c)
+        if obj is not None and (blo < 0 or bhi > bsize):
+            raise ValueError(f"{_prefix(call)}message: block {i} (count {c}, displacement {d}) of datatype "
+                             f"{datatype._rec.name or repr(datatype)} needs bytes [{blo}, {bhi}), "
+                             f"buffer length {bsize}")
+        lo, hi = (blo, bhi) if first else (min(lo, blo), max(hi, bhi))
+        first = False
+    if obj is None and not first:
+        _check_bottom(datatype, max(counts), call)
+    m = MsgV()
+    m.obj = obj
+    m._view = view
+    m.addr = baddr
+    m.counts = counts
+    m.displs = displs
+    m.datatype = datatype
+    m.nbytes = sum(counts) * datatype._size
+    m.span = hi - lo
+    m.lo = lo
+    m.blocks = blocks
+    m.kind = kind
+    m.contiguous = datatype._contig
+    m._mem = None
+    return m

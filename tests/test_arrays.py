@@ -1,0 +1,349 @@
+"""BufferView normalisation: NumPy, the buffer protocol, DLPack, the CUDA array interface, backends."""
+
+import array
+import ctypes
+import mmap
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpumpi import _arrays as A
+from gpumpi import datatypes as D
+from gpumpi._arrays import DEVICE, HOST, SIM, BufferView, NotABufferError, as_buffer, datatype_of, lookup_dtype
+
+
+class FakeCAI:
+    """Host memory exposed through __cuda_array_interface__ (mpi4py's FakeGPUArray)."""
+
+    def __init__(self, a, readonly=False, mask=None, typestr=None, stream=None):
+        self.a, self.readonly, self.mask, self.typestr, self.stream = a, readonly, mask, typestr, stream
+
+    @property
+    def __cuda_array_interface__(self):
+        a = self.a
+        return {
+            "data": (a.ctypes.data if a.size else None, self.readonly),
+            "typestr": self.typestr or a.dtype.str,
+            "shape": a.shape,
+            "strides": None if a.flags.c_contiguous else a.strides,
+            "mask": self.mask,
+            "stream": self.stream,
+            "version": 3,
+        }
+
+
+class FakeCUDADLPack:
+    """A NumPy array that claims, through DLPack, to live on CUDA device ``device_id``."""
+
+    def __init__(self, a, device_id=0, versioned=True):
+        self.a, self.device_id, self.versioned = a, device_id, versioned
+
+    def __dlpack_device__(self):
+        return (2, self.device_id)
+
+    def __dlpack__(self, *, stream=None, max_version=None, copy=None, dl_device=None):
+        assert stream == -1  # never ask the producer to synchronize (mpi4py's rule)
+        if not self.versioned:
+            if max_version is not None:
+                raise TypeError("old producer")
+            return self.a.__dlpack__()
+        return self.a.__dlpack__(max_version=max_version, copy=copy)
+
+
+class CPUDLPack:
+    """A non-buffer object that only speaks DLPack, on the CPU."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+
+def _no_driver():
+    return A.cuda_pointer_attributes(0) is None
+
+
+needs_no_driver = pytest.mark.skipif(not _no_driver(), reason="a CUDA driver is present: CAI memory is real")
+
+
+def check_view(v, obj_bytes: bytes, *, addr=None, readonly=None, kind=HOST):
+    assert isinstance(v, BufferView)
+    assert v.nbytes == len(obj_bytes)
+    assert v.kind == kind
+    if addr is not None:
+        assert v.addr == addr
+    if readonly is not None:
+        assert v.readonly is readonly
+    assert v.mem.format == "B" and v.mem.ndim == 1 and v.mem.tobytes() == obj_bytes
+    assert v.mem.readonly is v.readonly
+    # the address is the memory: read it back independently
+    assert ctypes.string_at(v.addr, v.nbytes) == obj_bytes
+
+
+@pytest.mark.parametrize("a", [
+    np.arange(10, dtype="i4"),
+    np.arange(12.0).reshape(3, 4),
+    np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    np.arange(20, dtype="i2")[4:9],
+    np.array(3.5),
+    np.empty(0, dtype="f8"),
+    np.zeros(3, dtype="i4,f8"),
+])
+def test_numpy_contiguous(a):
+    v = as_buffer(a, False, "Recv")
+    check_view(v, a.tobytes(order="A"), addr=a.ctypes.data, readonly=False)
+    assert v.obj is a and v.format == a.dtype and v.itemsize == a.itemsize and v.device is None
+
+
+def test_numpy_mem_aliases_the_array():
+    a = np.zeros(4, dtype="u1")
+    v = as_buffer(a, False, "Recv")
+    v.mem[1:3] = b"\x07\x08"
+    assert a.tolist() == [0, 7, 8, 0]
+
+
+def test_numpy_noncontiguous_and_readonly_are_rejected():
+    a = np.arange(10.0)
+    with pytest.raises(BufferError, match=r"^Send: buffer is not contiguous \(shape \(5,\), strides \(16,\)"):
+        as_buffer(a[::2], True, "Send")
+    r = a.copy()
+    r.flags.writeable = False
+    with pytest.raises(BufferError, match="^Recv: buffer is not writable"):
+        as_buffer(r, False, "Recv")
+    v = as_buffer(r, True, "Send")
+    assert v.readonly and v.mem.readonly
+
+
+def test_numpy_subclass_goes_through_numpy():
+    m = np.arange(8.0).view(np.recarray)
+    v = as_buffer(m, True, "Send")
+    assert v.addr == m.ctypes.data and v.nbytes == 64 and v.obj is m
+
+
+@given(st.integers(0, 40), st.integers(0, 5), st.integers(1, 4), st.sampled_from(["i1", "f8", "c16", "u2"]),
+       st.booleans())
+def test_numpy_fast_header_read_matches_numpy(n, start, step, dtype, fortran):
+    base = np.arange(start + n * step + 1, dtype=dtype)
+    a = base[start:start + n * step:step]
+    if fortran and n % 2 == 0 and n:
+        a = a.reshape(2, -1).T  # a Fortran-ordered view when a is contiguous
+    if a.flags.c_contiguous or a.flags.f_contiguous:
+        assert as_buffer(a, False, "x").addr == a.ctypes.data
+    else:
+        with pytest.raises(BufferError):
+            as_buffer(a, False, "x")
+
+
+def test_buffer_protocol_objects():
+    ba = bytearray(b"hello")
+    check_view(as_buffer(ba, False, "Recv"), b"hello", readonly=False)
+    check_view(as_buffer(b"abc", True, "Send"), b"abc", readonly=True)
+    arr = array.array("d", [1.0, 2.0])
+    v = as_buffer(arr, False, "Recv")
+    check_view(v, arr.tobytes(), addr=arr.buffer_info()[0], readonly=False)
+    assert v.format == "d" and v.itemsize == 8 and datatype_of(v) is D.DOUBLE
+    mm = mmap.mmap(-1, 4096)
+    mm[:4] = b"wxyz"
+    v = as_buffer(mm, False, "Recv")
+    assert v.nbytes == 4096 and v.mem[:4].tobytes() == b"wxyz"
+    del v
+    cbuf = (ctypes.c_int * 3)(1, 2, 3)
+    v = as_buffer(cbuf, False, "Recv")
+    assert v.addr == ctypes.addressof(cbuf) and datatype_of(v) is D.INT
+    mv = memoryview(bytearray(16)).cast("d")
+    v = as_buffer(mv, False, "Recv")
+    assert v.format == "d" and v.nbytes == 16 and datatype_of(v) is D.DOUBLE
+    v = as_buffer(np.float64(2.5), True, "Send")
+    assert v.readonly and v.mem.tobytes() == np.float64(2.5).tobytes()
+
+
+def test_buffer_protocol_pins_resizable_exporters():
+    ba = bytearray(8)
+    v = as_buffer(ba, False, "Recv")
+    with pytest.raises(BufferError):
+        ba.extend(b"more")  # the view holds an export: the address cannot move
+    del v
+
+
+def test_buffer_protocol_errors():
+    with pytest.raises(BufferError, match="^Recv: buffer is not writable"):
+        as_buffer(b"abc", False, "Recv")
+    with pytest.raises(BufferError, match="^Recv: buffer is not writable"):
+        as_buffer(memoryview(b"abc"), False, "Recv")
+    with pytest.raises(BufferError, match="^Send: buffer is not contiguous"):
+        as_buffer(memoryview(bytearray(8))[::2], True, "Send")
+    with pytest.raises(NotABufferError, match="^Send: expecting a buffer"):
+        as_buffer(5, True, "Send")
+    with pytest.raises(TypeError):
+        as_buffer(None, True, "Send")
+    f = memoryview(np.asfortranarray(np.arange(6.0).reshape(2, 3)))
+    v = as_buffer(f, True, "Send")
+    assert v.mem.tobytes() == np.asfortranarray(np.arange(6.0).reshape(2, 3)).tobytes(order="F")
+
+
+@needs_no_driver
+def test_cai_without_driver_is_sim_memory():
+    a = np.arange(6, dtype="f8")
+    obj = FakeCAI(a, stream=7)
+    v = as_buffer(obj, False, "Recv")
+    check_view(v, a.tobytes(), addr=a.ctypes.data, readonly=False, kind=SIM)
+    assert v.obj is obj and v.format == "d" and v.itemsize == 8 and v.stream == 7 and v.device == 0
+    v.mem[:8] = np.float64(-1).tobytes()
+    assert a[0] == -1
+    assert datatype_of(v) is D.DOUBLE
+
+
+@needs_no_driver
+def test_cai_layouts_and_errors():
+    f = np.asfortranarray(np.arange(12, dtype="i4").reshape(3, 4))
+    assert as_buffer(FakeCAI(f), True, "Send").nbytes == 48
+    with pytest.raises(BufferError, match=r"^Send: __cuda_array_interface__: buffer is not contiguous"):
+        as_buffer(FakeCAI(np.arange(12.0).reshape(3, 4)[:, ::2]), True, "Send")
+    with pytest.raises(BufferError, match="^Recv: buffer is not writable"):
+        as_buffer(FakeCAI(np.arange(3.0), readonly=True), False, "Recv")
+    assert as_buffer(FakeCAI(np.arange(3.0), readonly=True), True, "Send").readonly
+    with pytest.raises(BufferError, match="cannot handle masked arrays"):
+        as_buffer(FakeCAI(np.arange(3.0), mask=np.zeros(3, bool)), True, "Send")
+    with pytest.raises(BufferError, match="unrecognized byte order"):
+        as_buffer(FakeCAI(np.arange(3.0), typestr="!f8"), True, "Send")
+    big = as_buffer(FakeCAI(np.arange(3.0).astype(">f8")), True, "Send")
+    assert big.format == ">d"
+    with pytest.raises(BufferError, match="non-native byte order"):
+        datatype_of(big, "Send")
+    empty = as_buffer(FakeCAI(np.empty(0, "f4")), False, "Recv")
+    assert empty.addr == 0 and empty.nbytes == 0 and empty.mem.tobytes() == b""
+    odd = as_buffer(FakeCAI(np.zeros(2, "V3")), True, "Send")  # no C type: bytes, like mpi4py
+    assert odd.format == "B" and odd.itemsize == 1 and datatype_of(odd) is D.BYTE
+
+
+@pytest.mark.parametrize("typestr,expect", [("<i4", "INT"), ("<u8", "UNSIGNED_LONG"), ("|b1", "C_BOOL"),
+                                            ("<f2", "FLOAT16_T"), ("<c16", "C_DOUBLE_COMPLEX"),
+                                            ("|u1", "BYTE"), ("<f16", "LONG_DOUBLE")])
+def test_cai_format_inference(typestr, expect):
+    a = np.zeros(4, dtype=typestr)
+    assert datatype_of(as_buffer(FakeCAI(a), True, "Send")) is getattr(D, expect)
+
+
+def test_dlpack_cpu_goes_through_numpy():
+    a = np.arange(5, dtype="i8")
+    v = as_buffer(CPUDLPack(a), False, "Recv")
+    check_view(v, a.tobytes(), addr=a.ctypes.data, readonly=False)
+    r = a.copy()
+    r.flags.writeable = False
+    with pytest.raises(BufferError, match="^Recv: buffer is not writable"):
+        as_buffer(CPUDLPack(r), False, "Recv")
+    with pytest.raises(BufferError, match="not contiguous"):
+        as_buffer(CPUDLPack(a[::2]), True, "Send")
+
+
+@needs_no_driver
+@pytest.mark.parametrize("versioned", [True, False])
+def test_dlpack_cuda_without_driver_is_sim_memory(versioned):
+    a = np.arange(6, dtype="f4")
+    v = as_buffer(FakeCUDADLPack(a, device_id=1, versioned=versioned), False, "Recv")
+    check_view(v, a.tobytes(), addr=a.ctypes.data, readonly=False, kind=SIM)
+    assert v.device == 1 and v.format == "f" and v.itemsize == 4 and datatype_of(v) is D.FLOAT
+    v.mem[:4] = np.float32(9).tobytes()
+    assert a[0] == 9
+
+
+@needs_no_driver
+def test_dlpack_cuda_checks():
+    r = np.arange(4.0)
+    r.flags.writeable = False
+    with pytest.raises(BufferError, match="^Recv: buffer is not writable"):
+        as_buffer(FakeCUDADLPack(r), False, "Recv")
+    assert as_buffer(FakeCUDADLPack(r), True, "Send").readonly
+    with pytest.raises(BufferError, match="dlpack: buffer is not contiguous"):
+        as_buffer(FakeCUDADLPack(np.arange(8.0)[::2]), True, "Send")
+    f = np.asfortranarray(np.arange(6, dtype="c16").reshape(2, 3))
+    v = as_buffer(FakeCUDADLPack(f), True, "Send")
+    assert v.nbytes == 96 and v.format == "Zd" and datatype_of(v) is D.C_DOUBLE_COMPLEX
+    assert datatype_of(as_buffer(FakeCUDADLPack(np.zeros(2, "?")), True, "x")) is D.C_BOOL
+
+
+def test_dlpack_unsupported_device():
+    class Vulkan(FakeCUDADLPack):
+        def __dlpack_device__(self):
+            return (7, 0)
+
+    with pytest.raises(BufferError, match="^Send: dlpack: unsupported device type 7"):
+        as_buffer(Vulkan(np.arange(3.0)), True, "Send")
+
+
+def test_device_mode_sim_and_driver_answer(monkeypatch):
+    a = np.arange(3.0)
+    monkeypatch.setattr(A, "_driver", [None])  # no driver
+    assert as_buffer(FakeCAI(a), True, "x").kind == SIM
+    fake = {"answer": (DEVICE, 3)}
+    monkeypatch.setattr(A, "cuda_pointer_attributes", lambda addr: fake["answer"])
+    v = as_buffer(FakeCAI(a), True, "x")
+    assert (v.kind, v.device, v.mem) == (DEVICE, 3, None)
+    fake["answer"] = (HOST, None)
+    assert as_buffer(FakeCAI(a), True, "x").kind == HOST  # host memory behind CAI is host memory
+    try:
+        A.set_device_mode("sim")
+        assert as_buffer(FakeCAI(a), True, "x").kind == SIM
+    finally:
+        A.set_device_mode("auto")
+    with pytest.raises(ValueError, match="set_device_mode: unknown mode"):
+        A.set_device_mode("gpu")
+
+
+def test_registry_loads_backends_lazily(monkeypatch):
+    monkeypatch.setattr(A, "_LOADERS", dict(A._LOADERS))
+    monkeypatch.setattr(A, "_CONVERTERS", {})
+    calls = []
+
+    def loader():
+        calls.append(1)
+        return lambda obj, readonly, call: BufferView(obj, 0, 0, True, "B", 1, SIM, 0)
+
+    FakeArray = type("FakeArray", (), {"__module__": "fakelib.core"})
+    A.register_backend("fakelib", loader)
+    assert calls == []
+    assert as_buffer(FakeArray(), True, "x").kind == SIM
+    as_buffer(FakeArray(), True, "x")
+    assert calls == [1]
+
+
+def test_declared_simulated_arrays_are_sim_even_with_a_driver(monkeypatch):
+    monkeypatch.setattr(A, "cuda_pointer_attributes", lambda addr: (HOST, None))
+    SimArray = type("SimArray", (FakeCAI,), {"__gpumpi_sim__": True})
+    assert as_buffer(SimArray(np.arange(3.0)), True, "x").kind == SIM
+    assert as_buffer(FakeCAI(np.arange(3.0)), True, "x").kind == HOST
+
+
+def test_import_loads_no_gpu_library():
+    code = ("import sys, gpumpi._arrays, gpumpi._buffers; "
+            "bad = [m for m in ('cupy', 'numba', 'torch', 'jax') if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("dtype", ["?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d", "g",
+                                   "F", "D", "G", "S1", "U1"])
+def test_lookup_dtype_matches_mpi4py_inference(dtype):
+    MPI = pytest.importorskip("mpi4py.MPI")
+    fmt = memoryview(np.empty(1, dtype)).format
+    ref = MPI.BYTE if fmt == "B" else MPI._typedict[fmt]
+    assert lookup_dtype(np.dtype(dtype)).handle == ref.handle
+    assert datatype_of(as_buffer(np.zeros(2, dtype), True)).handle == ref.handle
+
+
+def test_lookup_dtype_errors_and_extensions():
+    with pytest.raises(BufferError, match="non-native byte order"):
+        lookup_dtype(np.dtype(">f8"), "Send")
+    with pytest.raises(KeyError, match=r"^\"Send: cannot map 'T\{"):
+        lookup_dtype(np.dtype("i4,f8"), "Send")
+    with pytest.raises(KeyError, match="cannot map '3w' to MPI datatype"):
+        lookup_dtype(np.dtype("U3"))
+    assert lookup_dtype(np.dtype("M8[s]")) is D.INT64_T  # mpi4py cannot export datetimes at all
+    assert lookup_dtype(np.dtype("q")) is D.LONG_LONG and lookup_dtype(np.dtype("l")) is D.LONG
