@@ -149,21 +149,13 @@ class Request:
         raise error(ERR_REQUEST, "Request.Cancel: not a generalized request")
 
     def Free(self) -> None:
-        """Free the request (MPI_Request_free); a pending operation still completes."""
+        """Free the request (MPI_Request_free); a pending operation still completes.
+
+        The engine keeps the operation (and through it the buffers) until it is done.
+        """
         if self._x is None:
             raise error(ERR_REQUEST, "Request.Free: null request")
-        x = self._x
         self._x = None
-        if not x.done:
-            keep = self._keep
-            if keep is not None:  # keep buffers alive until the operation finishes
-                prev = x.on_done
-
-                def _drop(xx, keep=keep, prev=prev):
-                    if prev is not None:
-                        prev(xx)
-
-                x.on_done = _drop
         self._keep = None
 
     # --- multiple completion (buffer API) -------------------------------------------------

@@ -645,3 +645,33 @@ def test_dead_peer_does_not_hang():
     assert time.monotonic() - t0 < 10
     text = str(ei.value)
     assert "3" in text
+
+
+class _CAI:
+    """A device-array stand-in: __cuda_array_interface__ over host memory (no CUDA driver here)."""
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.__cuda_array_interface__ = {
+            "data": (arr.ctypes.data, False), "shape": arr.shape, "typestr": arr.dtype.str,
+            "strides": None, "version": 3,
+        }
+
+
+def _cai_buffers():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    for size in (10, 100_000):
+        src = _CAI(np.arange(size, dtype=np.float32) + r)
+        dst = _CAI(np.zeros(size, np.float32))
+        st = MPI.Status()
+        c.Sendrecv(src, (r + 1) % n, 0, dst, (r - 1) % n, 0, st)
+        assert np.array_equal(dst.arr, np.arange(size, dtype=np.float32) + (r - 1) % n)
+        assert st.Get_count(MPI.FLOAT) == size
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_cuda_array_interface_buffers_without_a_driver(n):
+    run_ranks(_cai_buffers, n)

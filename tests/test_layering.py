@@ -1,0 +1,120 @@
+"""The layering table of DESIGN section 5, enforced on the source.
+
+Every import of a gpumpi module (module level or inside a function) must go to the
+same or a lower layer; the pure core (L1) imports no third-party packages and no
+I/O modules at all; nothing imports cupy or numba at module level.
+"""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "gpumpi"
+
+LAYERS = {
+    0: ["constants", "errors", "_config", "_version"],
+    1: ["_matching", "_protocol", "group", "status", "info", "datatypes", "datatypes._core",
+        "datatypes.predefined", "collectives", "ga._layout"],
+    2: ["_arrays", "_buffers", "_pickle", "datatypes.plan", "datatypes.numpy_dtype"],
+    3: ["kernels"],
+    4: ["ipc"],
+    5: ["_progress", "_runtime", "request", "comm", "MPI", "op", "win", "collectives._execute"],
+    6: ["launch", "testing", "bench", "cli", "__main__", "__init__", "ga"],
+}
+
+#: modules L1 may not import (pure core: no clock, no environment, no processes, no arrays)
+L1_FORBIDDEN = {"numpy", "cupy", "numba", "threading", "socket", "time", "os", "subprocess", "mmap", "ctypes"}
+#: the one lazy exception: ``Datatype.np`` builds the NumPy dtype on first use
+L1_LAZY_ALLOWED = {("datatypes._core", "numpy")}
+
+
+def layer_of(mod: str) -> int:
+    """Layer of a dotted module path relative to gpumpi (longest registered prefix wins)."""
+    best, best_len = None, -1
+    for layer, names in LAYERS.items():
+        for n in names:
+            if (mod == n or mod.startswith(n + ".")) and len(n) > best_len:
+                best, best_len = layer, len(n)
+    if best is None:
+        raise AssertionError(f"module gpumpi.{mod} is not in the layering table")
+    return best
+
+
+def modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def imports(mod: str, path: pathlib.Path):
+    """(imported gpumpi-relative module or external top-level name, is_gpumpi, lazy, line)."""
+    tree = ast.parse(path.read_text())
+    pkg = mod.split(".")[:-1] if not path.name == "__init__.py" else mod.split(".")
+    if mod == "__init__":
+        pkg = []
+    top_level = set(id(n) for n in tree.body)
+    for node in ast.walk(tree):
+        lazy = id(node) not in top_level
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("gpumpi."):
+                    yield a.name[len("gpumpi."):], True, lazy, node.lineno
+                elif a.name != "gpumpi":
+                    yield a.name.split(".")[0], False, lazy, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                if node.module and node.module.startswith("gpumpi"):
+                    base = node.module[len("gpumpi."):] if node.module != "gpumpi" else ""
+                    for a in node.names:
+                        yield (f"{base}.{a.name}" if base else a.name), True, lazy, node.lineno
+                elif node.module and node.module != "__future__":
+                    yield node.module.split(".")[0], False, lazy, node.lineno
+                continue
+            base = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else pkg
+            target = ".".join(base + ([node.module] if node.module else []))
+            for a in node.names:
+                full = f"{target}.{a.name}" if target else a.name
+                # "from . import x" names a module; "from .mod import name" names a symbol
+                yield (full if node.module is None else target), True, lazy, node.lineno
+
+
+ALL = list(modules())
+
+
+@pytest.mark.parametrize("mod,path", ALL, ids=[m for m, _ in ALL])
+def test_imports_go_down_the_layers(mod, path):
+    mine = layer_of(mod)
+    for target, internal, lazy, line in imports(mod, path):
+        if internal:
+            assert layer_of(target) <= mine, f"gpumpi.{mod}:{line} (L{mine}) imports gpumpi.{target} (L{layer_of(target)})"
+        else:
+            if target in ("cupy", "numba") and not lazy:
+                raise AssertionError(f"gpumpi.{mod}:{line} imports {target} at module level")
+            if mine == 1 and not (lazy and (mod, target) in L1_LAZY_ALLOWED):
+                assert target not in L1_FORBIDDEN, f"pure-core gpumpi.{mod}:{line} imports {target}"
+
+
+def test_table_covers_every_module():
+    for mod, _ in ALL:
+        layer_of(mod)
+
+
+def _fresh(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          check=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT.parent)}).stdout
+
+
+def test_import_gpumpi_is_light():
+    out = _fresh("import gpumpi, sys; print(sorted({'numpy','numba','cupy'} & set(sys.modules)))")
+    assert out.strip() == "[]"
+
+
+def test_import_mpi_loads_no_gpu_stack():
+    out = _fresh("from gpumpi import MPI; import sys; print(sorted({'numba','cupy','numba.cuda'} & set(sys.modules)))")
+    assert out.strip() == "[]"

@@ -1,0 +1,170 @@
+"""The runtime under the real launcher: Abort, uncaught exceptions, singletons, NVTX, Finalize."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from gpumpi.testing import run_ranks
+
+
+def _shm():
+    return sorted(e for e in os.listdir("/dev/shm") if "gpumpi" in e)
+
+
+def _run(tmp_path, code, n=2, timeout=60, env=None, launcher=True):
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent(code))
+    cmd = [sys.executable, "-m", "gpumpi", "-n", str(n), str(prog)] if launcher else [sys.executable, str(prog)]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return p, time.monotonic() - t0
+
+
+@pytest.mark.timeout(60)
+def test_abort_ends_the_job_with_its_code(tmp_path):
+    before = _shm()
+    p, dt = _run(tmp_path, """
+        import numpy as np
+        from gpumpi import MPI
+        c = MPI.COMM_WORLD
+        if c.rank == 1:
+            c.Abort(9)
+        c.Recv(np.zeros(1), 1, 0)   # would block forever
+    """, n=3)
+    assert p.returncode == 9, p.stderr
+    assert dt < 15
+    assert _shm() == before
+
+
+@pytest.mark.timeout(60)
+def test_uncaught_exception_prints_once_with_rank_prefix(tmp_path):
+    p, _ = _run(tmp_path, """
+        from gpumpi import MPI
+        if MPI.COMM_WORLD.rank == 1:
+            raise ValueError("boom-from-rank-1")
+        MPI.COMM_WORLD.Barrier()
+    """)
+    assert p.returncode == 1
+    assert p.stderr.count("ValueError: boom-from-rank-1") == 1, p.stderr
+    assert "[rank 1] Traceback" in p.stderr
+
+
+@pytest.mark.timeout(60)
+def test_blocked_peer_raises_proc_failed(tmp_path):
+    p, dt = _run(tmp_path, """
+        import os, sys
+        import numpy as np
+        from gpumpi import MPI
+        c = MPI.COMM_WORLD
+        if c.rank == 1:
+            os._exit(4)
+        try:
+            c.Recv(np.zeros(1), 1, 0)
+        except MPI.Exception as e:
+            print("NOTICED", e.Get_error_class() == MPI.ERR_PROC_FAILED, flush=True)
+            sys.exit(0)
+    """)
+    assert p.returncode == 4
+    assert "NOTICED True" in p.stdout, (p.stdout, p.stderr)
+    assert dt < 10
+
+
+@pytest.mark.timeout(60)
+def test_singleton_is_a_world_of_one(tmp_path):
+    p, _ = _run(tmp_path, """
+        import numpy as np
+        from gpumpi import MPI
+        c = MPI.COMM_WORLD
+        a = np.arange(100000.0); b = np.empty_like(a)
+        c.Sendrecv(a, 0, 1, b, 0, 1)
+        assert (a == b).all()
+        print("size", c.size, "rank", c.rank, c.bcast("x"))
+        MPI.Finalize()
+        assert MPI.Is_finalized()
+    """, launcher=False)
+    assert p.returncode == 0, p.stderr
+    assert "size 1 rank 0 x" in p.stdout
+
+
+@pytest.mark.timeout(60)
+def test_nvtx_ranges_wrap_public_calls_under_a_profiler(tmp_path):
+    pytest.importorskip("nvtx")
+    p, _ = _run(tmp_path, """
+        import numpy as np
+        from gpumpi import MPI
+        assert hasattr(MPI.Comm.Send, "__wrapped__"), "Send not annotated"
+        b = np.zeros(3)
+        MPI.COMM_WORLD.Sendrecv(np.ones(3), 0, 0, b, 0, 0)
+        assert b.sum() == 3
+        print("OK")
+    """, launcher=False, env={"NVTX_INJECTION64_PATH": str(tmp_path / "no-such-injection.so")})
+    assert p.returncode == 0, p.stderr
+    assert "OK" in p.stdout
+
+
+@pytest.mark.timeout(60)
+def test_no_nvtx_cost_without_a_profiler(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
+    code = "from gpumpi import MPI; print(hasattr(MPI.Comm.Send, '__wrapped__'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.strip() == "False"
+
+
+def _finalize_delivers_backlog():
+    import numpy as np
+
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    # more eager bytes than a ring holds: the tail waits in the backlog until Finalize
+    if c.rank == 0:
+        for i in range(200):
+            c.Send(np.full(8000, i % 256, np.uint8), 1, 0)
+        MPI.Finalize()
+        return "sent"
+    import time as _t
+
+    _t.sleep(0.3)
+    for i in range(200):
+        b = np.empty(8000, np.uint8)
+        c.Recv(b, 0, 0)
+        assert (b == i % 256).all()
+    return "got"
+
+
+def test_finalize_drains_outgoing_frames():
+    assert run_ranks(_finalize_delivers_backlog, 2, env={"GPUMPI_RING_SIZE": "65536"}) == ["sent", "got"]
+
+
+def _staged_path():
+    import numpy as np
+
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    assert not MPI._rt.ENGINE.cma
+    for size in (100_000, 3 << 20):
+        a = (np.arange(size) % 253).astype(np.uint8)
+        b = np.empty(size, np.uint8)
+        c.Sendrecv(a, (r + 1) % n, 0, b, (r - 1) % n, 0)
+        assert (a == b).all()
+        small = np.empty(size // 3, np.uint8)
+        req = c.Isend(a, 1 % n, 5) if r == 0 else None
+        if r == 1 % n:
+            with pytest.raises(MPI.Exception) as ei:
+                c.Recv(small, 0, 5)
+            assert ei.value.Get_error_class() == MPI.ERR_TRUNCATE
+            assert (small == a[: size // 3]).all()
+        if req is not None:
+            req.Wait()
+        c.Barrier()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_staged_path_without_cross_memory_attach(n):
+    run_ranks(_staged_path, n, env={"GPUMPI_CMA": "0"})
