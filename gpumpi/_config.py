@@ -13,8 +13,12 @@ GPUMPI_RANK, GPUMPI_SIZE, GPUMPI_LOCAL_RANK, GPUMPI_LOCAL_SIZE
 GPUMPI_JOB_ID         32 hex digits (128 random bits), set by the launcher.
 GPUMPI_JOB_FD         file descriptor of the job segment (inherited from the launcher).
 GPUMPI_LAUNCHER_PID   the launcher's pid; ranks exit when it dies.
-GPUMPI_EAGER_LIMIT    bytes sent inline in the control ring (default 16384).
-GPUMPI_RING_SIZE      bytes of each per-pair ring (default 262144).
+GPUMPI_EAGER_LIMIT    bytes sent inline in the control ring (default 0: automatic, a quarter
+                      of the ring, at most 64 KiB).
+GPUMPI_RING_SIZE      bytes of each per-pair ring (default 0: automatic, 64 MiB spread over
+                      the n*n rings of the job, between 64 KiB and 1 MiB each).
+GPUMPI_SPLIT_MIN      rendezvous messages at least this large are copied by both sides at
+                      once, each half by cross-memory attach (default 262144; 0 disables).
 GPUMPI_CMA            1/0: use cross-memory attach for large host messages (default 1).
 GPUMPI_CHUNK          bytes per chunk of the staged (no-CMA) pipeline (default 65536).
 GPUMPI_DEBUG          1: extra checks.
@@ -43,8 +47,9 @@ class Config:
     job_id: str = ""
     job_fd: int = -1
     launcher_pid: int = 0
-    eager_limit: int = 16384
-    ring_size: int = 262144
+    eager_limit: int = 0
+    ring_size: int = 0
+    split_min: int = 262144
     cma: bool = True
     chunk: int = 65536
     debug: bool = False
@@ -92,8 +97,9 @@ def _read(env) -> Config:
         job_id=env.get("GPUMPI_JOB_ID", ""),
         job_fd=_int(env, "GPUMPI_JOB_FD", -1),
         launcher_pid=_int(env, "GPUMPI_LAUNCHER_PID", 0),
-        eager_limit=max(0, _int(env, "GPUMPI_EAGER_LIMIT", 16384)),
-        ring_size=max(4096, _int(env, "GPUMPI_RING_SIZE", 262144)),
+        eager_limit=max(0, _int(env, "GPUMPI_EAGER_LIMIT", 0)),
+        ring_size=max(0, _int(env, "GPUMPI_RING_SIZE", 0)),
+        split_min=max(0, _int(env, "GPUMPI_SPLIT_MIN", 262144)),
         cma=_bool(env, "GPUMPI_CMA", True),
         chunk=max(4096, _int(env, "GPUMPI_CHUNK", 65536)),
         debug=_bool(env, "GPUMPI_DEBUG", False),

@@ -34,6 +34,7 @@ from . import _protocol as P
 from ._matching import Matcher
 from .constants import ANY_SOURCE
 from .errors import (
+    ERR_OTHER,
     ERR_PROC_FAILED,
     ERR_PROC_FAILED_PENDING,
     ERR_TRUNCATE,
@@ -69,7 +70,7 @@ class Xfer:
         "kind", "state", "done", "peer", "src", "tag", "ctx", "msgid", "mode",
         "mem", "addr", "cap", "bufs", "nbytes", "got",
         "st_source", "st_tag", "st_nbytes", "err", "errmsg", "cancelled",
-        "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call",
+        "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs",
     )
 
     def __init__(self, kind: int) -> None:
@@ -109,6 +110,18 @@ def encode_segments(segs) -> bytes:
     return b"".join(out)
 
 
+def skip_segments(segs, skip: int) -> list:
+    """The segments ``[(addr, len), ...]`` without their first ``skip`` bytes."""
+    out = []
+    for a, n in segs:
+        if skip >= n:
+            skip -= n
+            continue
+        out.append((a + skip, n - skip))
+        skip = 0
+    return out
+
+
 def decode_segments(mv) -> list:
     (k,) = _NSEG.unpack_from(mv, 0)
     return [_SEG.unpack_from(mv, 4 + 16 * i) for i in range(k)]
@@ -129,9 +142,12 @@ class Engine:
         self.pushing: list = []
         self.cancellable: dict = {}
         self.next_msgid = 1
-        self.eager_limit = min(cfg.eager_limit, self.tr.max_payload - 64)
+        ring = self.tr.max_payload * 2
+        self.eager_limit = min(cfg.eager_limit or min(65536, ring // 4), self.tr.max_payload - 64)
         self.chunk = min(cfg.chunk, self.tr.max_payload)
         self.cma = bool(cfg.cma) and cma.available()
+        self.cma_proven = False  # a plain cross-memory read has worked: splitting is safe
+        self.split_min = cfg.split_min
         # a peer may have died before this rank started: take the job's record as it is now
         self.epoch = seg.epoch if seg is not None else 0
         self.failed: set = set(seg.failed_ranks()) if seg is not None else set()
@@ -181,19 +197,22 @@ class Engine:
                 x.peer = wpeer
                 self._fail(x, ERR_PROC_FAILED, f"{call}: peer process failed (rank {wpeer})")
                 return x
+            tr = self.tr
             if nbytes <= self.eager_limit:
                 payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
                 if mode != P.SYNCHRONOUS:
-                    tr = self.tr
-                    tr.send(wpeer, P.EAGER, 0, src, ctx, tag, nbytes, 0, payload)
-                    if tr.backlog[wpeer] is not None:
-                        self.progress()
-                    return SENT
-                x = Xfer(SEND)
-                x.msgid = m = self._new_msgid()
-                x.state = P.WAIT_ACK
-                self.sends[m] = x
-                self.tr.send(wpeer, P.EAGER, P.FLAG_SYNC, src, ctx, tag, nbytes, m, payload)
+                    if tr.try_send(wpeer, P.EAGER, 0, src, ctx, tag, nbytes, 0, payload):
+                        return SENT
+                    # the ring is full: the frame waits in the backlog, pointing at the
+                    # caller's memory; the send completes when the frame is written
+                    x = Xfer(SEND)
+                    tr.send(wpeer, P.EAGER, 0, src, ctx, tag, nbytes, 0, payload, x)
+                else:
+                    x = Xfer(SEND)
+                    x.msgid = m = self._new_msgid()
+                    x.state = P.WAIT_ACK
+                    self.sends[m] = x
+                    tr.send(wpeer, P.EAGER, P.FLAG_SYNC, src, ctx, tag, nbytes, m, payload, x)
             else:
                 x = Xfer(SEND)
                 x.msgid = m = self._new_msgid()
@@ -201,9 +220,9 @@ class Engine:
                 self.sends[m] = x
                 if addrs is None:
                     addrs = [address_of(b) for b in bufs]
-                segs = [(a, len(b)) for a, b in zip(addrs, bufs)]
-                self.tr.send(wpeer, P.RTS, P.FLAG_CMA if self.cma else 0, src, ctx, tag, nbytes, m,
-                             encode_segments(segs))
+                x.segs = segs = [(a, len(b)) for a, b in zip(addrs, bufs)]
+                tr.send(wpeer, P.RTS, P.FLAG_CMA if self.cma else 0, src, ctx, tag, nbytes, m,
+                        encode_segments(segs))
             x.peer = wpeer
             x.tag = tag
             x.ctx = ctx
@@ -271,14 +290,26 @@ class Engine:
             return
         # rendezvous
         if self.cma and flags & P.FLAG_CMA:
-            if take == 0:
-                errno = 0
-            else:
-                addr = x.addr
-                if addr is None:
-                    addr = x.addr = address_of(x.mem)
-                errno = cma.read(self.pid_of(peer), segs, addr, take)
+            addr = x.addr
+            if addr is None and take:
+                addr = x.addr = address_of(x.mem)
+            if self.cma_proven and self.split_min and take >= self.split_min and peer != self.rank:
+                # both sides copy: the sender writes the tail while we read the head
+                head = (take // 2) & ~4095
+                self.tr.send(peer, P.WRT, 0, 0, ctx, 0, take - head, msgid, P.WRT_BODY.pack(addr + head, head))
+                errno = cma.read(self.pid_of(peer), segs, addr, head)
+                x.state = P.step(P.RECV, x.state, "rts_split")
+                x.got = head
+                x.nbytes = take
+                x.segs = segs
+                self.pulls[(peer, msgid)] = x
+                if errno:
+                    x.err = ERR_OTHER
+                    x.errmsg = f"{x.call}: cross-memory read from rank {peer} failed (errno {errno})"
+                return
+            errno = cma.read(self.pid_of(peer), segs, addr, take) if take else 0
             if errno == 0:
+                self.cma_proven = True
                 self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
                 x.state = P.step(P.RECV, x.state, "rts_read")
                 self._finish(x)
@@ -317,6 +348,22 @@ class Engine:
                 del self.pulls[(peer, msgid)]
                 x.state = P.step(P.RECV, x.state, "data_last")
                 self._finish(x)
+        elif kind == P.WRT:
+            x = self.sends[msgid]
+            addr, head = P.WRT_BODY.unpack(payload)
+            errno = cma.write(self.pid_of(peer), x.segs, head, addr, nbytes)
+            x.state = P.step(P.SEND, x.state, "write")
+            self.tr.send(peer, P.WDONE, P.FLAG_FAILED if errno else 0, 0, ctx, 0, 0, msgid)
+        elif kind == P.WDONE:
+            x = self.pulls.pop((peer, msgid))
+            if flags & P.FLAG_FAILED and not x.err:  # read the tail ourselves
+                errno = cma.read(self.pid_of(peer), skip_segments(x.segs, x.got), x.addr + x.got, x.nbytes - x.got)
+                if errno:
+                    x.err = ERR_OTHER
+                    x.errmsg = f"{x.call}: cross-memory read from rank {peer} failed (errno {errno})"
+            self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
+            x.state = P.step(P.RECV, x.state, "wdone")
+            self._finish(x)
         elif kind == P.ACK:
             x = self.sends.get(msgid)
             if x is None:
@@ -404,7 +451,11 @@ class Engine:
         n = tr.poll(self._on_frame)
         if self.pushing:
             self._push()
-        tr.flush()
+        if tr.nbacklog:
+            for x in tr.flush():
+                if x.state == P.START:  # a queued standard eager send is now in the ring
+                    x.state = P.step(P.SEND, x.state, "eager")
+                    self._finish(x)
         seg = self.seg
         if seg is not None and seg.q[3] != self.epoch:
             self._on_failures()
@@ -476,6 +527,15 @@ class Engine:
             if x.peer in new:
                 self.pushing.remove(x)
                 self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.peer})")
+        tr = self.tr
+        for p in new:
+            bl = tr.backlog[p]
+            if bl is not None:
+                tr.backlog[p] = None
+                tr.nbacklog -= 1
+                for f in bl:
+                    if f[9] is not None:
+                        self._fail(f[9], ERR_PROC_FAILED, f"{f[9].call}: peer process failed (rank {p})")
         for key, x in list(self.pulls.items()):
             if key[0] in new:
                 del self.pulls[key]

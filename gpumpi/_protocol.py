@@ -17,6 +17,11 @@ CTS      receiver -> sender: matched, but cannot read the sender's memory:
 DATA     sender -> receiver: the next chunk of a pushed message
 CANCEL   sender -> receiver: withdraw an unmatched message
 CREPLY   receiver -> sender: result of CANCEL (flag CANCELLED or not)
+WRT      receiver -> sender: matched a large message; write its tail
+         (from a byte offset) straight into the receiver's buffer while the
+         receiver reads the head: two cores copy at once
+WDONE    sender -> receiver: the tail is written (flag FAILED: it is not;
+         the receiver reads it itself)
 ======== ==================================================================
 
 Send states (``SEND``)::
@@ -32,12 +37,15 @@ Send states (``SEND``)::
                                      CANCELLING_ACKED -not_cancelled-> DONE
                                      CANCELLING -cts-> CANCELLING_CTS
                                      CANCELLING_CTS -not_cancelled-> PUSHING
+    split (large, both sides copy) : WAIT_ACK -write-> WAIT_ACK   (tail written, WDONE sent)
+                                     CANCELLING -write-> CANCELLING
 
 Receive states (``RECV``)::
 
     POSTED -eager-> DONE
     POSTED -rts_read-> DONE          (receiver copied the data itself, sends ACK)
     POSTED -rts_push-> PULLING -data_last-> DONE   (sent CTS; chunks arrive)
+    POSTED -rts_split-> SPLITTING -wdone-> DONE    (sent WRT, read the head; ACK on WDONE)
     POSTED -cancel-> CANCELLED
     any non-final -fail-> FAILED
 
@@ -53,11 +61,14 @@ from __future__ import annotations
 import struct
 
 # --- frame kinds and flags -------------------------------------------------------------
-EAGER, RTS, ACK, CTS, DATA, CANCEL, CREPLY = 1, 2, 3, 4, 5, 6, 7
+EAGER, RTS, ACK, CTS, DATA, CANCEL, CREPLY, WRT, WDONE = 1, 2, 3, 4, 5, 6, 7, 8, 9
 FLAG_SYNC = 1  # EAGER: receiver must ACK on match
 FLAG_CMA = 2  # RTS: receiver may read the sender's memory directly
 FLAG_CANCELLED = 4  # CREPLY: the message was withdrawn
 FLAG_LAST = 8  # DATA: final chunk
+FLAG_FAILED = 16  # WDONE: the sender could not write the tail
+#: WRT payload: receiver address for the tail, the tail's byte offset in the message.
+WRT_BODY = struct.Struct("<QQ")
 
 #: Frame header: length, kind, flags, pad, context, tag, nbytes, message id.
 HEADER = struct.Struct("<IBBHiiQQ")
@@ -80,7 +91,7 @@ class LocalProtocolError(RuntimeError):
 
 # --- state machines --------------------------------------------------------------------
 START, WAIT_ACK, PUSHING, DONE, CANCELLING, CANCELLING_ACKED, CANCELLING_CTS, CANCELLED, FAILED = range(9)
-POSTED, PULLING = 9, 10
+POSTED, PULLING, SPLITTING = 9, 10, 11
 
 SEND = {
     (START, "eager"): DONE,
@@ -96,6 +107,8 @@ SEND = {
     (CANCELLING_ACKED, "not_cancelled"): DONE,
     (CANCELLING, "cts"): CANCELLING_CTS,
     (CANCELLING_CTS, "not_cancelled"): PUSHING,
+    (WAIT_ACK, "write"): WAIT_ACK,
+    (CANCELLING, "write"): CANCELLING,
 }
 
 RECV = {
@@ -103,6 +116,8 @@ RECV = {
     (POSTED, "rts_read"): DONE,
     (POSTED, "rts_push"): PULLING,
     (PULLING, "data_last"): DONE,
+    (POSTED, "rts_split"): SPLITTING,
+    (SPLITTING, "wdone"): DONE,
     (POSTED, "cancel"): CANCELLED,
 }
 

@@ -24,6 +24,7 @@ from . import _pickle
 from . import _protocol as P
 from . import _runtime as _rt
 from ._buffers import message_simple
+from numpy import ndarray as _ndarray
 from ._progress import GREQ, RECV, SENT, Xfer
 from .constants import (
     ANY_SOURCE,
@@ -476,6 +477,17 @@ class Comm:
     def Send(self, buf, dest: int, tag: int = 0) -> None:
         """Blocking send (MPI_Send)."""
         try:
+            # fast path: a NumPy array to a valid rank with a valid tag
+            if type(buf) is _ndarray and type(dest) is int and type(tag) is int and \
+                    0 <= dest < len(self._w) and 0 <= tag <= TAG_UB_VALUE and self._ctx >= 0:
+                m = message_simple(buf, True, dest, 1, "Send")
+                mem = m.mem
+                if mem is not None and m.contiguous:
+                    x = _rt.ENGINE.isend([mem], len(mem), self._w[dest], self._rank, tag, self._ctx, STANDARD,
+                                         "Send", (m.addr + m.lo,))
+                    if x is not SENT:
+                        self._wait(x, None, "Send")
+                    return
             self._wait(self._isend(buf, dest, tag, STANDARD, "Send"), None, "Send")
         except MPIException as e:
             self._raise(e)
@@ -504,6 +516,22 @@ class Comm:
     def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
         """Blocking receive (MPI_Recv)."""
         try:
+            # fast path: into a NumPy array from a valid rank (or ANY_SOURCE) with a valid tag
+            if type(buf) is _ndarray and type(source) is int and type(tag) is int and self._ctx >= 0 and \
+                    -2 <= source < len(self._w) and source != -1 and -1 <= tag <= TAG_UB_VALUE:
+                m = message_simple(buf, False, source, 1, "Recv")
+                mem = m.mem
+                if mem is not None and m.contiguous:
+                    eng = _rt.ENGINE
+                    x = eng.irecv(mem, len(mem), source, ANY_SOURCE if source < 0 else self._w[source], tag,
+                                  self._ctx, "Recv", m.addr + m.lo)
+                    if not x.done:
+                        eng.wait(x)
+                    if status is not None:
+                        status._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
+                    if x.err:
+                        self._raise(error(x.err, x.errmsg))
+                    return
             self._wait(self._irecv(buf, source, tag, "Recv"), status, "Recv")
         except MPIException as e:
             self._raise(e)

@@ -675,3 +675,36 @@ def _cai_buffers():
 @pytest.mark.parametrize("n", [1, 2])
 def test_cuda_array_interface_buffers_without_a_driver(n):
     run_ranks(_cai_buffers, n)
+
+
+def _split_copy():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r = c.rank
+    eng = MPI._rt.ENGINE
+    sizes = [300_000, 1 << 20, (5 << 20) + 3, 700_001]
+    for i, size in enumerate(sizes):
+        if r == 0:
+            c.Send(pattern(size, i), 1, i)
+        else:
+            full = i != 2
+            b = np.zeros(size if full else size - 12345, np.uint8)
+            if full:
+                c.Recv(b, 0, i)
+                assert np.array_equal(b, pattern(size, i)), size
+            else:
+                with pytest.raises(MPI.Exception) as ei:
+                    c.Recv(b, 0, i)
+                assert ei.value.Get_error_class() == MPI.ERR_TRUNCATE
+                assert np.array_equal(b, pattern(size, i)[: size - 12345])
+    if r == 1:
+        assert eng.cma_proven  # the later messages took the two-sided copy
+    # an object message with several out-of-band arrays takes it too
+    obj = [np.arange(300_000) * (r + 1), np.ones(200_000, np.float32)]
+    got = c.sendrecv(obj, 1 - r, 50, None, 1 - r, 50)
+    assert np.array_equal(got[0], np.arange(300_000) * (2 - r)) and got[1].sum() == 200_000
+
+
+def test_two_sided_copy_of_large_messages():
+    run_ranks(_split_copy, 2)

@@ -22,23 +22,25 @@ class _IOVec(ctypes.Structure):
 
 _libc = None
 _readv = None
+_writev = None
 
 
 def _load():
-    global _libc, _readv
+    global _libc, _readv, _writev
     if _readv is None:
         _libc = ctypes.CDLL(None, use_errno=True)
-        f = _libc.process_vm_readv
-        f.restype = ctypes.c_ssize_t
-        f.argtypes = [
-            ctypes.c_int,
-            ctypes.POINTER(_IOVec),
-            ctypes.c_ulong,
-            ctypes.POINTER(_IOVec),
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-        ]
-        _readv = f
+        for name in ("process_vm_readv", "process_vm_writev"):
+            f = getattr(_libc, name)
+            f.restype = ctypes.c_ssize_t
+            f.argtypes = [
+                ctypes.c_int,
+                ctypes.POINTER(_IOVec),
+                ctypes.c_ulong,
+                ctypes.POINTER(_IOVec),
+                ctypes.c_ulong,
+                ctypes.c_ulong,
+            ]
+        _readv, _writev = _libc.process_vm_readv, _libc.process_vm_writev
     return _readv
 
 
@@ -137,3 +139,47 @@ def read(pid: int, remote: list, local_addr: int, nbytes: int) -> int:
                 skip += left
                 left = 0
     return 0
+
+
+def write(pid: int, local: list, skip: int, remote_addr: int, nbytes: int) -> int:
+    """Copy ``nbytes`` of our segments ``[(addr, len), ...]``, from byte ``skip`` of their
+    concatenation, to the peer's ``remote_addr``.  Returns 0 or the errno that stopped it."""
+    _load()
+    f = _writev
+    iov = []
+    for a, n in local:
+        if skip >= n:
+            skip -= n
+            continue
+        iov.append((a + skip, n - skip))
+        skip = 0
+    done = 0
+    seg = 0
+    while done < nbytes and seg < len(iov):
+        chunk = []
+        want = 0
+        i = seg
+        while i < len(iov) and len(chunk) < _IOV_MAX and done + want < nbytes:
+            a, n = iov[i]
+            take = min(n, nbytes - done - want)
+            chunk.append((a, take))
+            want += take
+            i += 1
+        liov = (_IOVec * len(chunk))(*chunk)
+        riov = (_IOVec * 1)((remote_addr + done, want))
+        got = f(pid, liov, len(chunk), riov, 1, 0)
+        if got < 0:
+            return ctypes.get_errno() or 1
+        if got == 0:
+            return 5
+        done += got
+        left = got
+        while left > 0:  # drop what was written from the front of iov
+            a, n = iov[seg]
+            if left >= n:
+                left -= n
+                seg += 1
+            else:
+                iov[seg] = (a + left, n - left)
+                left = 0
+    return 0 if done >= nbytes else 5

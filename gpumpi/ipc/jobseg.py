@@ -46,6 +46,12 @@ def ring_block_size(ring_size: int) -> int:
     return _align(CTRL + ring_size, PAGE)
 
 
+def auto_ring_size(nranks: int) -> int:
+    """Default ring size: 64 MiB over the job's n*n rings, clamped to [64 KiB, 1 MiB]."""
+    per = (64 << 20) // max(1, nranks * nranks)
+    return max(64 << 10, min(1 << 20, 1 << max(0, per.bit_length() - 1)))
+
+
 def segment_size(nranks: int, ring_size: int) -> int:
     table = _align(_HDR + _SLOT * nranks, PAGE)
     return table + nranks * nranks * ring_block_size(ring_size)
@@ -75,7 +81,7 @@ class JobSegment:
         """Create a new segment (launcher side); the fd is inheritable."""
         if nranks < 1:
             raise ValueError(f"gpumpi: job needs at least one rank ({nranks})")
-        ring_size = _align(ring_size, PAGE)
+        ring_size = _align(ring_size, PAGE) if ring_size > 0 else auto_ring_size(nranks)
         fd = os.memfd_create("gpumpi-job", 0)  # not CLOEXEC: ranks inherit it
         try:
             os.ftruncate(fd, segment_size(nranks, ring_size))

@@ -7,10 +7,13 @@ for every peer ``p`` (itself included: a rank's frames to itself use ring
 ``(r, r)``, so self-sends take the same path as any other).  A frame is the
 32-byte header of :mod:`gpumpi._protocol` followed by its payload.
 
-When a ring is full the frame waits in a per-peer backlog (payload copied, since
-the caller may reuse its buffer once an eager send returns) and later frames to
+When a ring is full the frame waits in a per-peer backlog and later frames to
 that peer queue behind it, so per-pair FIFO order — MPI's non-overtaking rule —
-holds.  ``flush`` retries backlogs; the progress engine calls it every pass.
+holds.  A frame sent with a *token* keeps a reference to its payload (the caller
+promises the memory stays put: its send is not complete until the token comes
+back from ``flush``); a frame without one has its payload copied.  ``flush``
+retries backlogs and returns the tokens of the frames it wrote; the progress
+engine calls it whenever a backlog exists.
 
 A singleton (no launcher) gets a private anonymous mapping holding one ring.
 """
@@ -31,15 +34,19 @@ class ShmTransport:
     """Frames between the ranks of one node over shared-memory rings."""
 
     name = "shm"
-    __slots__ = ("rank", "size", "out", "inc", "backlog", "_anon", "max_payload", "peers_in")
+    __slots__ = ("rank", "size", "out", "inc", "backlog", "nbacklog", "_anon", "max_payload", "peers_in")
 
-    def __init__(self, rank: int, size: int, seg=None, ring_size: int = 262144) -> None:
+    def __init__(self, rank: int, size: int, seg=None, ring_size: int = 0) -> None:
         self.rank = rank
         self.size = size
         self._anon = None
         if seg is None:
             if size != 1:
                 raise RuntimeError(f"gpumpi: shm transport needs a job segment for {size} ranks")
+            if ring_size <= 0:
+                from .jobseg import auto_ring_size
+
+                ring_size = auto_ring_size(1)
             self._anon = mmap.mmap(-1, CTRL + ring_size)
             block = memoryview(self._anon)
             self.out = [RingWriter(block, ring_size)]
@@ -49,12 +56,14 @@ class ShmTransport:
             self.out = [RingWriter(seg.ring_view(rank, p), ring_size) for p in range(size)]
             self.inc = [RingReader(seg.ring_view(p, rank), ring_size) for p in range(size)]
         self.backlog: list = [None] * size
+        self.nbacklog = 0
         self.max_payload = ring_size // 2 - HLEN
         # poll own ring last: replies from peers first keeps rendezvous moving
         self.peers_in = [p for p in range(size) if p != rank] + [rank]
 
-    def send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int, payload=None) -> None:
-        """Queue one frame for ``peer`` (written now if the ring has room)."""
+    def send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int,
+             payload=None, token=None) -> bool:
+        """Write one frame for ``peer``; False when it had to wait in the backlog."""
         n = HLEN if payload is None else HLEN + len(payload)
         bl = self.backlog[peer]
         if bl is None:
@@ -63,12 +72,16 @@ class ShmTransport:
             if off >= 0:
                 d = w.data
                 _pack_into(d, off, n, kind, flags, src, ctx, tag, nbytes, msgid)
-                if payload is not None and n > HLEN:
+                if n > HLEN:
                     d[off + HLEN : off + n] = payload
                 w.commit(n)
-                return
+                return True
             bl = self.backlog[peer] = deque()
-        bl.append((n, kind, flags, src, ctx, tag, nbytes, msgid, None if payload is None else bytes(payload)))
+            self.nbacklog += 1
+        if payload is not None and token is None:
+            payload = bytes(payload)
+        bl.append((n, kind, flags, src, ctx, tag, nbytes, msgid, payload, token))
+        return False
 
     def try_send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int, payload) -> bool:
         """Write one frame only if it fits now (no backlog); False otherwise."""
@@ -85,9 +98,9 @@ class ShmTransport:
         w.commit(n)
         return True
 
-    def flush(self) -> bool:
-        """Retry backlogged frames; True when every backlog is empty."""
-        clear = True
+    def flush(self) -> list:
+        """Retry backlogged frames; returns the tokens of the frames now written."""
+        done = []
         for peer, bl in enumerate(self.backlog):
             if bl is None:
                 continue
@@ -100,15 +113,16 @@ class ShmTransport:
                     break
                 d = w.data
                 _pack_into(d, off, *f[:8])
-                if f[8] is not None and n > HLEN:
+                if n > HLEN:
                     d[off + HLEN : off + n] = f[8]
                 w.commit(n)
                 bl.popleft()
-            if bl:
-                clear = False
-            else:
+                if f[9] is not None:
+                    done.append(f[9])
+            if not bl:
                 self.backlog[peer] = None
-        return clear
+                self.nbacklog -= 1
+        return done
 
     def poll(self, handler, budget: int = 64) -> int:
         """Hand up to ``budget`` incoming frames to ``handler(peer, hdr, payload_view)``."""
