@@ -708,3 +708,121 @@ def _split_copy():
 
 def test_two_sided_copy_of_large_messages():
     run_ranks(_split_copy, 2)
+
+
+def _send_modes():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    MPI.Attach_buffer(MPI.BUFFER_AUTOMATIC)
+    for size in (4, 90_000):
+        out = np.full(size, r, "i")
+        got = np.empty(size, "i")
+        reqs = [c.Irecv(got, prv, 1)]
+        c.Barrier()  # the receive is posted everywhere: ready mode is legal
+        c.Rsend(out, nxt, 1)
+        MPI.Request.Waitall(reqs)
+        assert (got == prv).all()
+        for mode, tag in (("Ssend", 2), ("Bsend", 3)):
+            rq = c.Irecv(got, prv, tag)
+            getattr(c, mode)(out, nxt, tag)
+            rq.Wait()
+            assert (got == prv).all(), mode
+        for mode, tag in (("Issend", 4), ("Ibsend", 5), ("Irsend", 6), ("Isend", 7)):
+            got[:] = -1
+            rq = c.Irecv(got, prv, tag)
+            c.Barrier()
+            sq = getattr(c, mode)(out, nxt, tag)
+            MPI.Request.Waitall([sq, rq])
+            assert (got == prv).all(), mode
+    for mode, tag in (("ssend", 8), ("bsend", 9)):
+        rq = c.irecv(source=prv, tag=tag)
+        getattr(c, mode)({"from": r}, nxt, tag)
+        assert rq.wait() == {"from": prv}
+    for mode, tag in (("issend", 10), ("ibsend", 11)):
+        sq = getattr(c, mode)([r], nxt, tag)
+        assert c.recv(source=prv, tag=tag) == [prv]
+        sq.wait()
+    MPI.Detach_buffer()
+    # message handles from Improbe, received without blocking
+    c.send(("m", r), nxt, 12)
+    msg = c.mprobe(prv, 12)
+    assert msg.irecv().wait() == ("m", prv)
+    c.Send(np.full(3, r, "d"), nxt, 13)
+    st = MPI.Status()
+    m = c.Mprobe(prv, 13, st)
+    buf = np.empty(3)
+    m.Irecv(buf).Wait()
+    assert (buf == prv).all() and st.Get_count(MPI.DOUBLE) == 3
+    with pytest.raises(MPI.Exception):
+        MPI.MESSAGE_NULL.Recv(buf)
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_send_modes_and_message_handles(n):
+    run_ranks(_send_modes, n)
+
+
+def _request_queries():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r = c.rank
+    if r == 0:
+        b = np.zeros(5, "i")
+        rq = c.Irecv(b, 1, 3)
+        st = MPI.Status()
+        assert not rq.Get_status(st)
+        assert MPI.Request.Testany([rq]) == (MPI.UNDEFINED, False)
+        assert MPI.Request.Testsome([rq]) == []
+        assert not MPI.Request.Get_status_all([rq])
+        c.send("go", 1, 4)
+        while not rq.Get_status(st):
+            time.sleep(0.001)
+        assert st.source == 1 and st.tag == 3 and st.Get_count(MPI.INT) == 5
+        assert rq != MPI.REQUEST_NULL  # Get_status does not free it
+        assert MPI.Request.Get_status_any([rq]) == (0, True)
+        assert MPI.Request.Get_status_some([rq]) == [0]
+        idx, flag = MPI.Request.Testany([rq], st)
+        assert (idx, flag) == (0, True) and rq == MPI.REQUEST_NULL
+        assert (b == 7).all()
+        assert MPI.Request.Testany([MPI.REQUEST_NULL]) == (MPI.UNDEFINED, True)
+        assert MPI.Request.Testsome([MPI.REQUEST_NULL]) is None
+        assert MPI.REQUEST_NULL.Test()
+    elif r == 1:
+        assert c.recv(source=0, tag=4) == "go"
+        c.Send(np.full(5, 7, "i"), 0, 3)
+
+
+def test_request_queries():
+    run_ranks(_request_queries, 2)
+
+
+def _errhandlers():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD.Dup()
+    seen = []
+    eh = MPI.Comm.Create_errhandler(lambda comm, code: seen.append((comm.Get_name(), code)))
+    c.Set_name("mine")
+    c.Set_errhandler(eh)
+    assert c.Get_errhandler() == eh
+    with pytest.raises(MPI.Exception):
+        c.Send(np.zeros(1), 99)
+    assert seen == [("mine", MPI.ERR_RANK)]
+    d = c.Dup()
+    assert d.Get_errhandler() == eh  # inherited by new communicators
+    with pytest.raises(MPI.Exception):
+        d.Recv(np.zeros(1), 0, tag=-7)
+    assert seen[-1][1] == MPI.ERR_TAG
+    c.Set_errhandler(MPI.ERRORS_RETURN)
+    with pytest.raises(MPI.Exception):
+        c.Call_errhandler(MPI.ERR_OTHER)
+    with pytest.raises(MPI.Exception):
+        c.Set_errhandler(MPI.ERRHANDLER_NULL)
+
+
+def test_user_error_handlers():
+    run_ranks(_errhandlers, 2)

@@ -168,3 +168,21 @@ def _staged_path():
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_staged_path_without_cross_memory_attach(n):
     run_ranks(_staged_path, n, env={"GPUMPI_CMA": "0"})
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("handler", ["ERRORS_ARE_FATAL", "ERRORS_ABORT"])
+def test_fatal_error_handler_aborts_the_job(tmp_path, handler):
+    before = _shm()
+    p, dt = _run(tmp_path, f"""
+        import numpy as np
+        from gpumpi import MPI
+        c = MPI.COMM_WORLD
+        c.Set_errhandler(MPI.{handler})
+        if c.rank == 1:
+            c.Send(np.zeros(1), 17)     # invalid rank: the handler ends the job
+        c.Recv(np.zeros(1), 1, 0)       # would block forever
+    """)
+    assert p.returncode == 6, (p.returncode, p.stderr)  # MPI.ERR_RANK
+    assert "invalid destination" in p.stderr
+    assert dt < 15 and _shm() == before
