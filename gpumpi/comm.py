@@ -473,6 +473,18 @@ class Comm:
             x = _done_xfer()
         return Request._of(x, self, None, keep)
 
+    def _send_wait(self, buf, dest, tag, mode: int, call: str) -> None:
+        try:
+            self._wait(self._isend(buf, dest, tag, mode, call), None, call)
+        except MPIException as e:
+            self._raise(e)
+
+    def _send_req(self, buf, dest, tag, mode: int, call: str) -> Request:
+        try:
+            return self._req(self._isend(buf, dest, tag, mode, call), buf)
+        except MPIException as e:
+            self._raise(e)
+
     # --- blocking sends -------------------------------------------------------------------
     def Send(self, buf, dest: int, tag: int = 0) -> None:
         """Blocking send (MPI_Send)."""
@@ -494,24 +506,15 @@ class Comm:
 
     def Ssend(self, buf, dest: int, tag: int = 0) -> None:
         """Blocking synchronous send: returns after the receive matched (MPI_Ssend)."""
-        try:
-            self._wait(self._isend(buf, dest, tag, SYNCHRONOUS, "Ssend"), None, "Ssend")
-        except MPIException as e:
-            self._raise(e)
+        self._send_wait(buf, dest, tag, SYNCHRONOUS, "Ssend")
 
     def Bsend(self, buf, dest: int, tag: int = 0) -> None:
         """Buffered send through the attached buffer (MPI_Bsend)."""
-        try:
-            self._wait(self._isend(buf, dest, tag, BUFFERED, "Bsend"), None, "Bsend")
-        except MPIException as e:
-            self._raise(e)
+        self._send_wait(buf, dest, tag, BUFFERED, "Bsend")
 
     def Rsend(self, buf, dest: int, tag: int = 0) -> None:
         """Ready send: the matching receive must already be posted (MPI_Rsend)."""
-        try:
-            self._wait(self._isend(buf, dest, tag, READY, "Rsend"), None, "Rsend")
-        except MPIException as e:
-            self._raise(e)
+        self._send_wait(buf, dest, tag, READY, "Rsend")
 
     def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
         """Blocking receive (MPI_Recv)."""
@@ -539,31 +542,19 @@ class Comm:
     # --- nonblocking ----------------------------------------------------------------------
     def Isend(self, buf, dest: int, tag: int = 0) -> Request:
         """Nonblocking send (MPI_Isend)."""
-        try:
-            return self._req(self._isend(buf, dest, tag, STANDARD, "Isend"), buf)
-        except MPIException as e:
-            self._raise(e)
+        return self._send_req(buf, dest, tag, STANDARD, "Isend")
 
     def Issend(self, buf, dest: int, tag: int = 0) -> Request:
         """Nonblocking synchronous send (MPI_Issend)."""
-        try:
-            return self._req(self._isend(buf, dest, tag, SYNCHRONOUS, "Issend"), buf)
-        except MPIException as e:
-            self._raise(e)
+        return self._send_req(buf, dest, tag, SYNCHRONOUS, "Issend")
 
     def Ibsend(self, buf, dest: int, tag: int = 0) -> Request:
         """Nonblocking buffered send (MPI_Ibsend)."""
-        try:
-            return self._req(self._isend(buf, dest, tag, BUFFERED, "Ibsend"), buf)
-        except MPIException as e:
-            self._raise(e)
+        return self._send_req(buf, dest, tag, BUFFERED, "Ibsend")
 
     def Irsend(self, buf, dest: int, tag: int = 0) -> Request:
         """Nonblocking ready send (MPI_Irsend)."""
-        try:
-            return self._req(self._isend(buf, dest, tag, READY, "Irsend"), buf)
-        except MPIException as e:
-            self._raise(e)
+        return self._send_req(buf, dest, tag, READY, "Irsend")
 
     def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Nonblocking receive (MPI_Irecv)."""
