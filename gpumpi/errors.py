@@ -230,7 +230,7 @@ class Exception(RuntimeError):  # noqa: A001 - the mpi4py name
     def __eq__(self, other) -> bool:
         if isinstance(other, Exception):
             return self.ob_mpi == other.ob_mpi
-        if isinstance(other, int):
+        if isinstance(other, (int, float)):
             return self.ob_mpi == other
         return NotImplemented
 

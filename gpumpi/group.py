@@ -74,6 +74,8 @@ class Group:
     def Translate_ranks(self, ranks=None, group: "Group | None" = None) -> list[int]:
         """Ranks of ``ranks`` (of self) in ``group`` (MPI_Group_translate_ranks)."""
         self._check("Group.Translate_ranks")
+        if group is not None:
+            group._check("Group.Translate_ranks")
         if ranks is None:
             ranks = range(len(self._ranks))
         out = []
@@ -87,7 +89,6 @@ class Group:
             if group is None:
                 out.append(r)
             else:
-                group._check("Group.Translate_ranks")
                 out.append(group._index.get(self._ranks[r], UNDEFINED))
         return out
 
@@ -140,12 +141,14 @@ class Group:
                 raise ValueError(f"{call}: each range must be (first, last, stride) ({rng!r})") from None
             if stride == 0:
                 raise error(ERR_ARG, f"{call}: zero stride in range ({first}, {last}, {stride})")
-            for r in (first, last):
-                if not 0 <= r < n:
-                    raise error(ERR_RANK, f"{call}: rank out of range ({r}, size {n})")
             if (last - first) * stride < 0:
                 continue
-            out.extend(range(first, last + (1 if stride > 0 else -1), stride))
+            # only the ranks a range produces must be valid (MPI-4 section 7.3.2)
+            produced = range(first, last + (1 if stride > 0 else -1), stride)
+            for r in (produced[0], produced[-1]):
+                if not 0 <= r < n:
+                    raise error(ERR_RANK, f"{call}: rank out of range ({r}, size {n}, range {tuple(rng)})")
+            out.extend(produced)
         if len(set(out)) != len(out):
             raise error(ERR_RANK, f"{call}: ranges name a rank twice ({list(ranges)})")
         return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .constants import MAX_INFO_KEY, MAX_INFO_VAL
-from .errors import ERR_INFO, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_INFO_VALUE, error
+from .errors import ERR_ARG, ERR_INFO, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_INFO_VALUE, error
 
 
 class Info:
@@ -85,7 +85,7 @@ class Info:
         self._check("Info.Get_nthkey")
         keys = list(self._d)
         if not 0 <= int(n) < len(keys):
-            raise error(ERR_INFO_KEY, f"Info.Get_nthkey: index out of range ({n}, {len(keys)} keys)")
+            raise error(ERR_ARG, f"Info.Get_nthkey: index out of range ({n}, {len(keys)} keys)")
         return keys[int(n)]
 
     # Python mapping protocol, as mpi4py
@@ -99,14 +99,17 @@ class Info:
         return iter(() if self._null else list(self._d))
 
     def __getitem__(self, key: str) -> str:
-        self._check("Info.__getitem__")
+        if self._null:
+            raise KeyError(key)
         return self._d[key]
 
     def __setitem__(self, key: str, value: str) -> None:
         self.Set(key, value)
 
     def __delitem__(self, key: str) -> None:
-        self.Delete(key)
+        if self._null or key not in self._d:
+            raise KeyError(key)
+        del self._d[key]
 
     def get(self, key: str, default=None):
         return default if self._null else self._d.get(key, default)

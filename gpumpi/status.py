@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .constants import ANY_SOURCE, ANY_TAG, UNDEFINED
-from .errors import ERR_ARG, ERR_TYPE, SUCCESS, error
+from .errors import ERR_ARG, ERR_COUNT, ERR_TYPE, SUCCESS, error
 
 
 def _byte():
@@ -72,22 +72,24 @@ class Status:
         return UNDEFINED if r else q
 
     def Get_elements(self, datatype) -> int:
-        """Number of received basic elements (MPI_Get_elements)."""
-        size = _dt_size(datatype, "Status.Get_elements")
-        elements = getattr(datatype, "_elements_in", None)
-        if elements is not None:
-            return elements(self._nbytes)
-        if size == 0:
-            return 0
-        q, r = divmod(self._nbytes, size)
-        return UNDEFINED if r else q
+        """Number of received basic elements (MPI_Get_elements); UNDEFINED if not whole."""
+        _dt_size(datatype, "Status.Get_elements")
+        return _elements(datatype, self._nbytes, "Status.Get_elements")
 
     def Set_elements(self, datatype, count: int) -> None:
-        """Set the number of received elements of ``datatype`` (MPI_Status_set_elements)."""
+        """Set the number of received basic elements of ``datatype`` (MPI_Status_set_elements)."""
         count = int(count)
         if count < 0:
-            raise error(ERR_ARG, f"Status.Set_elements: negative count ({count})")
-        self._nbytes = count * _dt_size(datatype, "Status.Set_elements")
+            raise error(ERR_COUNT, f"Status.Set_elements: negative count ({count})")
+        size = _dt_size(datatype, "Status.Set_elements")
+        sizes = _basic_sizes(datatype, "Status.Set_elements") if size else ()
+        if not sizes:
+            if count:
+                raise error(ERR_ARG, f"Status.Set_elements: datatype has no elements ({datatype!r}, count {count})")
+            self._nbytes = 0
+            return
+        q, r = divmod(count, len(sizes))
+        self._nbytes = q * size + sum(sizes[:r])
 
     def Is_cancelled(self) -> bool:
         """Whether the request was cancelled (MPI_Test_cancelled)."""
@@ -115,3 +117,37 @@ def _dt_size(dt, call: str) -> int:
         return int(size)
     except Exception as e:  # a freed/null datatype raises MPI.Exception from .size
         raise error(ERR_TYPE, f"{call}: invalid datatype ({dt!r})") from e
+
+
+#: basic element sizes of the pair types (MPI_MAXLOC/MINLOC types), in typemap order
+_PAIRS = {"MPI_FLOAT_INT": (4, 4), "MPI_DOUBLE_INT": (8, 4), "MPI_LONG_INT": (8, 4), "MPI_2INT": (4, 4),
+          "MPI_SHORT_INT": (2, 4), "MPI_LONG_DOUBLE_INT": (16, 4)}
+
+
+def _basic_sizes(dt, call: str) -> tuple:
+    """Sizes of the basic elements of one item of ``dt``, in typemap order."""
+    hook = getattr(dt, "_element_sizes", None)
+    if hook is not None:
+        return hook()
+    basic = dt.basic
+    if basic is None:
+        raise NotImplementedError(f"{call}: element counts of mixed-type derived datatypes are not supported yet ({dt!r})")
+    one = _PAIRS.get(basic.Get_name(), (basic.size,)) if basic.size else ()
+    return one * dt.nbasic
+
+
+def _elements(dt, nbytes: int, call: str) -> int:
+    size = dt.size
+    if size == 0:
+        return 0 if nbytes == 0 else UNDEFINED
+    sizes = _basic_sizes(dt, call)
+    q, r = divmod(nbytes, size)
+    n = q * len(sizes)
+    for s in sizes:
+        if r == 0:
+            return n
+        if r < s:
+            return UNDEFINED
+        r -= s
+        n += 1
+    return n if r == 0 else UNDEFINED

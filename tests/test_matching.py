@@ -329,6 +329,12 @@ class MatchingMachine(RuleBasedStateMachine):
             self.matched_msgs.add(msg.n)
             self.pairs.append((got, msg))
 
+    @rule(src=SOURCES, tag=TAGS, ctx=CTXS, k=st.integers(2, 3))
+    def send_burst(self, src, tag, ctx, k):
+        # several messages with one envelope in a row (exercises same-envelope FIFO)
+        for _ in range(k):
+            self.send(src, tag, ctx)
+
     @rule(src=RSOURCES, tag=RTAGS, ctx=CTXS)
     def recv(self, src, tag, ctx):
         r = self._new("r", src, tag, ctx)
@@ -451,7 +457,7 @@ class MatchingMachine(RuleBasedStateMachine):
 
 
 MatchingMachine.TestCase.settings = settings(
-    max_examples=100,
+    max_examples=80,
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

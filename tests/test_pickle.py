@@ -1,0 +1,262 @@
+"""Tests for gpumpi._pickle (pickle protocol 5 messages with out-of-band buffers).
+
+Expectations from the module docstring: the message is header + stream + (pad +
+buffer)*; out-of-band buffers are the objects' own memory (not copies) and start at
+multiples of 64 bytes in the message; ``loads`` rebuilds arrays as views of the
+received allocation.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpumpi._pickle import MAGIC, THRESHOLD, dumps, loads
+
+
+def concat(parts) -> bytearray:
+    out = bytearray()
+    for p in parts:
+        out += memoryview(p).cast("B")
+    return out
+
+
+def concat_aligned(parts, total, align=64) -> memoryview:
+    """The message in a buffer whose start is ``align``-byte aligned (as a receiver's
+    allocation would be)."""
+    raw = np.empty(total + align, np.uint8)
+    start = -raw.ctypes.data % align
+    buf = raw[start : start + total]
+    off = 0
+    for p in parts:
+        b = np.frombuffer(memoryview(p).cast("B"), np.uint8)
+        buf[off : off + b.size] = b
+        off += b.size
+    assert off == total
+    return memoryview(buf)
+
+
+def addr(part) -> int:
+    return np.frombuffer(memoryview(part).cast("B"), np.uint8).ctypes.data
+
+
+def equal(a, b):
+    """Structural equality that understands numpy arrays (dtype, shape, order, values)."""
+    if isinstance(a, np.ndarray):
+        return (
+            isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+        )
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+DTYPES = [np.uint8, np.int16, np.int32, np.int64, np.float32, np.float64, np.complex64, np.complex128, np.bool_]
+
+
+def make(dtype, n, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "b":
+        return rng.integers(0, 2, n).astype(bool)
+    if np.dtype(dtype).kind == "c":
+        return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(n).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+
+
+# --- header / framing -------------------------------------------------------------------
+
+
+def test_small_object_single_part():
+    obj = {"a": 1, "b": [1, 2, 3], "c": "text"}
+    parts, total = dumps(obj)
+    assert len(parts) == 1
+    assert total == len(parts[0])
+    magic, nb, slen = struct.unpack_from("<IIQ", parts[0])
+    assert magic == MAGIC and nb == 0 and slen == total - 16
+    assert loads(concat(parts)) == obj
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_large_arrays_out_of_band(dtype):
+    a = make(dtype, (1 << 20) // np.dtype(dtype).itemsize + 3)  # >= 1 MiB
+    b = make(dtype, 5000, seed=1)
+    obj = {"meta": ("x", 3.5, None), "a": a, "nested": [b, {"again": a[:10]}]}
+    parts, total = dumps(obj)
+    assert len(parts) > 2
+    assert total == sum(memoryview(p).nbytes for p in parts)
+    # the out-of-band segments are the arrays' own memory, not copies
+    addrs = {addr(p) for p in parts}
+    assert a.ctypes.data in addrs
+    if b.nbytes >= THRESHOLD:
+        assert b.ctypes.data in addrs
+    # header: magic, number of buffers, stream length, buffer lengths
+    head = memoryview(parts[0]).cast("B")
+    magic, nb = struct.unpack_from("<II", head)
+    assert magic == MAGIC
+    lens = struct.unpack_from(f"<{1 + nb}Q", head, 8)
+    assert a.nbytes in lens[1:]
+    # stream + buffers + pad is the whole message: a is not also in the stream
+    assert total < a.nbytes + (b.nbytes if b.nbytes >= THRESHOLD else 0) + 64 * (nb + 1) + 4096
+    back = loads(concat(parts))
+    assert equal(back, obj)
+
+
+def test_oob_buffers_start_at_multiples_of_64():
+    arrs = [make(np.float64, n, seed=n) for n in (1000, 777, 4096, 513)]  # all >= 4 KiB
+    obj = ["odd length prefix" * 3, *arrs]
+    parts, total = dumps(obj)
+    head = memoryview(parts[0]).cast("B")
+    _, nb = struct.unpack_from("<II", head)
+    assert nb == len(arrs)
+    lens = struct.unpack_from(f"<{1 + nb}Q", head, 8)
+    # walk the documented layout independently
+    off = 8 + 8 * (1 + nb) + lens[0]
+    offsets = []
+    for n in lens[1:]:
+        off += -off % 64
+        offsets.append(off)
+        off += n
+    assert off == total
+    msg = concat(parts)
+    for o, a in zip(offsets, arrs):
+        assert o % 64 == 0
+        assert bytes(msg[o : o + a.nbytes]) == a.tobytes()
+
+
+def test_loaded_arrays_are_aligned_views_of_the_message():
+    arrs = [make(dt, 3000, seed=i) for i, dt in enumerate(DTYPES)]
+    parts, total = dumps(arrs)
+    msg = concat_aligned(parts, total)
+    base = np.frombuffer(msg, np.uint8).ctypes.data
+    back = loads(msg)
+    for a, r in zip(arrs, back):
+        assert equal(a, r)
+        assert r.flags.aligned
+        if a.nbytes >= THRESHOLD:
+            # a view into the received allocation (one copy end to end) ...
+            assert base <= r.ctypes.data < base + total
+            # ... starting at a 64-byte boundary
+            assert (r.ctypes.data - base) % 64 == 0
+            assert r.ctypes.data % 64 == 0
+
+
+def test_loaded_from_bytearray_aligned_and_writable():
+    a = make(np.complex128, 100000)
+    parts, _ = dumps({"a": a})
+    back = loads(concat(parts))["a"]
+    assert back.flags.aligned
+    assert equal(back, a)
+    back[0] = 0  # a view of a bytearray: writable like a normal received array
+    assert back[0] == 0
+
+
+def test_threshold_boundary():
+    at = np.zeros(THRESHOLD, np.uint8)
+    below = np.zeros(THRESHOLD - 1, np.uint8)
+    p_at, _ = dumps(at)
+    p_below, _ = dumps(below)
+    assert len(p_at) > 2 and at.ctypes.data in {addr(p) for p in p_at}
+    assert len(p_below) == 1
+    assert equal(loads(concat(p_at)), at)
+    assert equal(loads(concat(p_below)), below)
+    # custom threshold
+    p_custom, _ = dumps(below, threshold=16)
+    assert below.ctypes.data in {addr(p) for p in p_custom}
+
+
+def test_fortran_and_noncontiguous_round_trip():
+    base = make(np.float64, 300 * 200).reshape(300, 200)
+    f = np.asfortranarray(base)
+    nc = base[::3, 1::2]
+    t = base.T  # F-contiguous view
+    obj = {"f": f, "nc": nc, "t": t, "small_f": np.asfortranarray(base[:4, :5])}
+    parts, _ = dumps(obj)
+    back = loads(concat(parts))
+    assert equal(back, obj)
+    assert back["f"].flags.f_contiguous
+    assert back["t"].flags.f_contiguous
+    assert np.array_equal(back["nc"], nc)
+    # the F-contiguous array travelled out of band, as its own memory
+    assert f.ctypes.data in {addr(p) for p in parts}
+
+
+def test_zero_size_and_scalar_arrays():
+    obj = [np.zeros(0, np.float32), np.zeros((0, 5), np.int64), np.float64(3.5), np.array(7, np.int32)]
+    parts, _ = dumps(obj)
+    assert equal(loads(concat(parts)), obj)
+
+
+def test_bytes_like_objects():
+    big = bytearray(range(256)) * 64
+    obj = [b"small", bytes(range(200)) * 100, big, pickle.PickleBuffer(big)]
+    parts, _ = dumps(obj)
+    back = loads(concat(parts))
+    assert back[0] == b"small"
+    assert back[1] == obj[1]
+    assert back[2] == big
+    assert bytes(back[3]) == bytes(big)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.recursive(
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(),
+            st.floats(allow_nan=False),
+            st.text(max_size=10),
+            st.binary(max_size=20),
+            st.builds(
+                lambda dt, n, seed: make(dt, n, seed),
+                st.sampled_from(DTYPES),
+                st.sampled_from([0, 1, 7, 600, 1100, 5000]),
+                st.integers(0, 5),
+            ),
+        ),
+        lambda kids: st.one_of(
+            st.lists(kids, max_size=4),
+            st.tuples(kids, kids),
+            st.dictionaries(st.text(max_size=5), kids, max_size=4),
+        ),
+        max_leaves=12,
+    )
+)
+def test_round_trip_property(obj):
+    parts, total = dumps(obj)
+    assert total == sum(memoryview(p).nbytes for p in parts)
+    assert equal(loads(concat(parts)), obj)
+    assert equal(loads(memoryview(concat(parts))), obj)
+    assert equal(loads(concat_aligned(parts, total)), obj)
+
+
+def test_bad_magic_raises():
+    parts, _ = dumps([1, 2, 3])
+    msg = concat(parts)
+    msg[0] ^= 0xFF
+    with pytest.raises(ValueError):
+        loads(msg)
+    with pytest.raises(ValueError):
+        loads(bytearray(64))  # zeros: wrong magic
+    with pytest.raises(ValueError):
+        loads(pickle.dumps([1, 2, 3]))  # a plain pickle is not a gpumpi message
+
+
+def test_too_short_raises():
+    with pytest.raises(ValueError):
+        loads(b"")
+    with pytest.raises(ValueError):
+        loads(struct.pack("<II", MAGIC, 0))
