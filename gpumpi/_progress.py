@@ -206,7 +206,8 @@ class Engine:
                     # the ring is full: the frame waits in the backlog, pointing at the
                     # caller's memory; the send completes when the frame is written
                     x = Xfer(SEND)
-                    tr.send(wpeer, P.EAGER, 0, src, ctx, tag, nbytes, 0, payload, x)
+                    if tr.send(wpeer, P.EAGER, 0, src, ctx, tag, nbytes, 0, payload, x):
+                        return SENT  # the receiver made room in between: written after all
                 else:
                     x = Xfer(SEND)
                     x.msgid = m = self._new_msgid()

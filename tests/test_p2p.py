@@ -826,3 +826,27 @@ def _errhandlers():
 
 def test_user_error_handlers():
     run_ranks(_errhandlers, 2)
+
+
+def _window_of_queued_eager_sends():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r = c.rank
+    n, window = 16384, 64
+    s = np.full(n, 5, np.uint8)
+    b = np.empty(n, np.uint8)
+    for _ in range(30):  # ring of 64 KiB: most frames wait for room, racing the receiver
+        if r == 0:
+            reqs = [c.Isend(s, 1, 100) for _ in range(window)]
+        else:
+            reqs = [c.Irecv(b, 0, 100) for _ in range(window)]
+        MPI.Request.Waitall(reqs)
+        if r == 1:
+            assert (b == 5).all()
+        c.Sendrecv(b[:4], 1 - r, 101, b[4:8], 1 - r, 101)
+
+
+def test_window_of_queued_eager_sends_completes():
+    # regression: a frame written after a failed try had its completion token lost
+    run_ranks(_window_of_queued_eager_sends, 2, env={"GPUMPI_RING_SIZE": "65536"}, timeout=60)
