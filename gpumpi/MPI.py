@@ -36,6 +36,7 @@ from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAut
 from .constants import THREAD_MULTIPLE, THREAD_SINGLE
 from .datatypes import *  # noqa: F401,F403
 from .datatypes import Datatype  # noqa: F401
+from .datatypes import plan as _plan  # noqa: F401  (installs Pack/Unpack/Get_address host support)
 from .errors import *  # noqa: F401,F403
 from .errors import (  # noqa: F401
     ERRHANDLER_NULL,

@@ -6,23 +6,31 @@ A :class:`Datatype` (mpi4py's ``MPI.Datatype``) is two things:
 
 * a **layout**, fixed at construction and copied into every Python object that
   refers to the type: ``size`` (packed bytes per element), ``lb``/``extent``,
-  ``true_lb``/``true_extent``, the flattened typemap ``segments`` (byte runs
-  ``(offset, length)`` per element, in typemap order, adjacent runs merged) and
+  ``true_lb``/``true_extent``, the combiner with the constructor arguments it was
+  built from (``_kw``, what ``Get_contents``/``decode`` report), the component
+  types (private snapshots, so freeing a component later leaves this type whole),
   ``is_contiguous`` (the packed bytes of ``count`` elements are exactly the
-  ``count * extent`` bytes from ``lb``, so a message is one memcpy);
+  ``count * extent`` bytes from ``lb``, so a message is one memcpy), the alignment
+  and the identity MPICH's type engine gives the layout (``_yid``, which decides
+  struct padding, see ``constructors``);
 * a **handle record** shared by every object naming the same MPI handle
   (``Datatype(dt)`` copies the layout and shares the record): the handle integer
   (equality and hashing go by it, as MPI compares handles), the mutable print
-  name, the committed and freed flags.
+  name, the committed and freed flags, the cached attributes (``Set_attr``) and a
+  cache of derived data (layout tree, canonical forms, host plans) filled on first
+  use by ``flatten`` and ``plan``.
 
 Predefined types (``datatypes.predefined``) are named, committed, never freed,
 and carry the handle values of MPICH so ``handle``/``toint``/``py2f`` read as in
-mpi4py on MPICH.  Derived types know their combiner and inputs
-(``Get_envelope``/``Get_contents``/``decode``) and compute their segments on first
-use from their base type, so a huge ``Create_contiguous`` of a contiguous type
-costs one segment.  ``basic``/``nbasic`` name the single predefined type every
-element is made of (when there is one) and how many of them, which is what
-reductions and NumPy views need.
+mpi4py on MPICH.  Derived types are made by ``datatypes.constructors``, which
+computes every bound the way MPICH 5 does.  ``basic``/``nbasic`` name the single
+predefined type every element is made of (when there is one) and how many of
+them, which is what reductions and NumPy views need.
+
+Operations on memory (``Pack``/``Unpack``, external32, ``Get_address``) need
+NumPy and the buffer layer, which live above this layer: ``datatypes.plan`` (L2)
+installs them with :func:`install_memory_ops` when it is imported (the MPI facade
+imports it); the methods here validate what they can and delegate.
 
 ``DATATYPE_NULL`` has ``None`` in every numeric slot: public accessors raise
 ``MPI.Exception(ERR_TYPE)`` on it, and internal code reads the private slots only
@@ -38,17 +46,27 @@ import weakref
 
 from ..constants import (
     COMBINER_CONTIGUOUS,
+    COMBINER_DARRAY,
     COMBINER_DUP,
     COMBINER_F90_COMPLEX,
     COMBINER_F90_INTEGER,
     COMBINER_F90_REAL,
+    COMBINER_HINDEXED,
+    COMBINER_HINDEXED_BLOCK,
+    COMBINER_HVECTOR,
+    COMBINER_INDEXED,
+    COMBINER_INDEXED_BLOCK,
     COMBINER_NAMED,
+    COMBINER_RESIZED,
+    COMBINER_STRUCT,
+    COMBINER_SUBARRAY,
     COMBINER_VALUE_INDEX,
+    COMBINER_VECTOR,
     MAX_OBJECT_NAME,
 )
-from ..errors import ERR_COUNT, ERR_TYPE, error
+from ..errors import ERR_COMM, ERR_COUNT, ERR_OTHER, ERR_TYPE, error
 
-__all__ = ["Datatype", "DATATYPE_NULL"]
+__all__ = ["Datatype", "DATATYPE_NULL", "install_memory_ops"]
 
 #: MPICH's MPI_DATATYPE_NULL handle.
 NULL_HANDLE = 0x0C000000
@@ -56,30 +74,65 @@ _U64 = (1 << 64) - 1
 # derived handles: MPICH-looking negative int32 values above the pair types
 _next_handle = itertools.count(-0x73FFFF00).__next__
 
-_COMBINER_NAMES = {
+#: combiner -> the name ``decode`` reports
+COMBINER_NAMES = {
     COMBINER_NAMED: "NAMED",
     COMBINER_DUP: "DUP",
     COMBINER_CONTIGUOUS: "CONTIGUOUS",
+    COMBINER_VECTOR: "VECTOR",
+    COMBINER_HVECTOR: "HVECTOR",
+    COMBINER_INDEXED: "INDEXED",
+    COMBINER_HINDEXED: "HINDEXED",
+    COMBINER_INDEXED_BLOCK: "INDEXED_BLOCK",
+    COMBINER_HINDEXED_BLOCK: "HINDEXED_BLOCK",
+    COMBINER_STRUCT: "STRUCT",
+    COMBINER_SUBARRAY: "SUBARRAY",
+    COMBINER_DARRAY: "DARRAY",
+    COMBINER_RESIZED: "RESIZED",
+    COMBINER_VALUE_INDEX: "VALUE_INDEX",
+    COMBINER_F90_INTEGER: "F90_INTEGER",
+    COMBINER_F90_REAL: "F90_REAL",
+    COMBINER_F90_COMPLEX: "F90_COMPLEX",
 }
 _PREDEFINED_COMBINERS = frozenset(
     (COMBINER_NAMED, COMBINER_VALUE_INDEX, COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
 )
+_F90 = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
 
 # handle -> Datatype, for fromhandle/fromint/f2py: predefined strongly, derived weakly
 _PREDEFINED: dict[int, "Datatype"] = {}
 _DERIVED: "weakref.WeakValueDictionary[int, Datatype]" = weakref.WeakValueDictionary()
 
+# memory operations installed by datatypes.plan (L2): name -> callable
+_MEMORY_OPS: dict = {}
+
+
+def install_memory_ops(**ops) -> None:
+    """Register the host memory operations (``pack``, ``unpack``, ``pack_external``,
+    ``unpack_external``, ``address``) that ``datatypes.plan`` implements."""
+    _MEMORY_OPS.update(ops)
+
+
+def _memory_op(name: str, call: str):
+    op = _MEMORY_OPS.get(name)
+    if op is None:
+        raise error(ERR_OTHER, f"{call}: host memory support is not loaded "
+                               f"(gpumpi.datatypes.plan has not been imported)")
+    return op
+
 
 class _Record:
-    """What MPI keeps per handle: the handle, its print name, commit and free state."""
+    """What MPI keeps per handle: handle, print name, commit/free state, attributes, caches."""
 
-    __slots__ = ("handle", "name", "committed", "freed")
+    __slots__ = ("handle", "name", "committed", "freed", "attrs", "cache")
 
     def __init__(self, handle: int, name: str, committed: bool) -> None:
         self.handle = handle
         self.name = name
         self.committed = committed
         self.freed = False
+        self.attrs: dict = {}  # keyval -> (keyval state, value)
+        self.cache: dict = {}  # flatten/plan data derived from the (immutable) layout
 
 
 def _index(value, what: str, call: str) -> int:
@@ -87,19 +140,6 @@ def _index(value, what: str, call: str) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{call}: {what} must be an integer (got {type(value).__name__})") from None
-
-
-def _merge(segs) -> tuple:
-    """Merge adjacent byte runs, keeping typemap order and dropping empty runs."""
-    out: list = []
-    for off, ln in segs:
-        if ln <= 0:
-            continue
-        if out and out[-1][0] + out[-1][1] == off:
-            out[-1] = (out[-1][0], out[-1][1] + ln)
-        else:
-            out.append((off, ln))
-    return tuple(out)
 
 
 class Datatype:
@@ -114,14 +154,18 @@ class Datatype:
         "_true_lb",
         "_true_extent",
         "_contig",  # bool: packed bytes == extent bytes from lb
-        "_segs",  # tuple[(offset, length)] per element, or None until computed
+        "_segs",  # named types: tuple[(offset, length)] of one element; derived: None (see flatten)
         "_combiner",
-        "_base",  # old type of DUP / CONTIGUOUS, None for named types
+        "_base",  # the old type (snapshot) of single-input constructors; matched type of f90 types
         "_count",  # CONTIGUOUS count
+        "_kw",  # constructor arguments, as decode() reports them (None for named types)
+        "_nelem",  # base elements per element (single-input constructors)
         "_char",  # typechar, or None (derived: 'V')
         "_str",  # typestr, or None (derived: 'V<extent>')
         "_code",  # tocode() result, or None (ValueError)
         "_align",  # alignment in bytes (0: unknown)
+        "_yid",  # identity of the layout in MPICH's type engine (struct padding rule)
+        "_pair",  # pair types: (value type, index type); else None
         "_basic",  # the predefined type every element is made of, or None
         "_nbasic",  # number of _basic entries per element
         "_npspec",  # predefined: numpy dtype spec (str, or field list for pair types)
@@ -140,8 +184,9 @@ class Datatype:
 
     @classmethod
     def _make(cls, *, handle, name, size, lb, extent, true_lb, true_extent, segs, combiner,
-              base=None, count=None, char=None, typestr=None, code=None, align=0,
-              basic=None, nbasic=0, npspec=None, committed=False, contig=None) -> "Datatype":
+              base=None, count=None, kw=None, nelem=0, char=None, typestr=None, code=None, align=0,
+              yid=None, pair=None, basic=None, nbasic=0, npspec=None, committed=False,
+              contig=None) -> "Datatype":
         self = object.__new__(cls)
         self._handle = handle
         self._rec = _Record(handle, name, committed)
@@ -157,10 +202,14 @@ class Datatype:
         self._combiner = combiner
         self._base = base
         self._count = count
+        self._kw = kw
+        self._nelem = nelem
         self._char = char
         self._str = typestr
         self._code = code
         self._align = align
+        self._yid = yid
+        self._pair = pair
         self._basic = self if (basic is None and combiner == COMBINER_NAMED and size) else basic
         self._nbasic = nbasic
         self._npspec = npspec
@@ -177,6 +226,12 @@ class Datatype:
             raise error(ERR_TYPE, f"Datatype.{call}: invalid datatype (MPI_DATATYPE_NULL)")
         if self._rec.freed:
             raise error(ERR_TYPE, f"Datatype.{call}: datatype has been freed ({self._handle:#x})")
+
+    def _check_committed(self, call: str) -> None:
+        self._check(call)
+        if not self._rec.committed:
+            raise error(ERR_TYPE, f"Datatype.{call}: datatype has not been committed "
+                                  f"({self._rec.name or repr(self)})")
 
     # -- comparison and identity ---------------------------------------------------------
 
@@ -202,16 +257,15 @@ class Datatype:
         name = self._rec.name
         if self._combiner == COMBINER_NAMED:
             return f"<Datatype {name}>"
-        what = _COMBINER_NAMES.get(self._combiner, str(self._combiner)).lower()
+        what = COMBINER_NAMES.get(self._combiner, str(self._combiner)).lower()
         return (f"<Datatype {name + ' ' if name else ''}{what} size={self._size} "
                 f"lb={self._lb} extent={self._extent}>")
 
     def __reduce__(self):
         if self._combiner == COMBINER_NAMED or self._size is None:
             return (Datatype.fromhandle, (self._handle,))
-        if self._combiner == COMBINER_DUP:
-            return (_rebuild_dup, (self._base,))
-        return (_rebuild_contiguous, (self._base, self._count))
+        base, name, kw = self.decode()
+        return (_rebuild, (base, name, kw, self._rec.committed))
 
     @property
     def handle(self) -> int:
@@ -230,7 +284,7 @@ class Datatype:
         dt = _DERIVED.get(h)
         if dt is None:
             raise error(ERR_TYPE, f"Datatype.fromhandle: unknown datatype handle ({handle:#x})")
-        return Datatype(dt)
+        return dt if dt._combiner in _F90 else Datatype(dt)
 
     def toint(self) -> int:
         """Translate object to integer handle (MPI_Type_toint)."""
@@ -317,23 +371,16 @@ class Datatype:
 
     @property
     def segments(self) -> tuple:
-        """Byte runs ``(offset, length)`` of one element, in typemap order (gpumpi)."""
+        """Byte runs ``(offset, length)`` of one element, in typemap order, merged (gpumpi)."""
         self._check("segments")
         return self._segments()
 
     def _segments(self) -> tuple:
-        segs = self._segs
-        if segs is None:
-            base = self._base
-            if self._combiner == COMBINER_DUP:
-                segs = base._segments()
-            elif base._contig:
-                segs = _merge(((base._lb, self._count * base._size),))
-            else:
-                one, ext = base._segments(), base._extent
-                segs = _merge((i * ext + off, ln) for i in range(self._count) for off, ln in one)
-            self._segs = segs
-        return segs
+        if self._segs is not None:
+            return self._segs
+        from . import flatten
+
+        return flatten.segments(self)
 
     @property
     def basic(self) -> "Datatype | None":
@@ -352,42 +399,92 @@ class Datatype:
         """Whether the handle has been committed (gpumpi)."""
         return self._size is not None and self._rec.committed
 
+    def _elements_in(self, nbytes: int) -> int:
+        """Basic elements in ``nbytes`` received bytes (MPI_Get_elements; used by Status)."""
+        from . import flatten
+
+        return flatten.elements_in(self, nbytes)
+
     # -- constructors --------------------------------------------------------------------
 
     def Dup(self) -> "Datatype":
-        """Duplicate a datatype (MPI_Type_dup)."""
-        self._check("Dup")
-        return Datatype._make(
-            handle=_next_handle(), name="", size=self._size, lb=self._lb, extent=self._extent,
-            true_lb=self._true_lb, true_extent=self._true_extent, segs=self._segs,
-            combiner=COMBINER_DUP, base=self, char=self._char, typestr=self._str, code=self._code,
-            align=self._align, basic=self._basic, nbasic=self._nbasic, committed=self._rec.committed,
-            contig=self._contig,
-        )
+        """Duplicate a datatype (MPI_Type_dup); attributes are copied by their copy callbacks."""
+        from . import constructors
+
+        return constructors.dup(self)
 
     Create_dup = Dup
 
     def Create_contiguous(self, count: int) -> "Datatype":
         """Create a contiguous datatype (MPI_Type_contiguous)."""
-        count = _index(count, "count", "Datatype.Create_contiguous")
-        self._check("Create_contiguous")
-        if count < 0:
-            raise error(ERR_COUNT, f"Datatype.Create_contiguous: negative count ({count})")
-        ext = self._extent
-        if count == 0:
-            lb = extent = true_lb = true_extent = 0
-            segs = ()
-        else:
-            lo, hi = min(0, (count - 1) * ext), max(0, (count - 1) * ext)
-            lb, extent = self._lb + lo, hi - lo + ext
-            true_lb, true_extent = self._true_lb + lo, hi - lo + self._true_extent
-            segs = _merge(((self._lb, count * self._size),)) if self._contig else None
-        return Datatype._make(
-            handle=_next_handle(), name="", size=count * self._size, lb=lb, extent=extent,
-            true_lb=true_lb, true_extent=true_extent, segs=segs, combiner=COMBINER_CONTIGUOUS,
-            base=self, count=count, align=self._align,
-            basic=self._basic if count else None, nbasic=count * self._nbasic,
-        )
+        from . import constructors
+
+        return constructors.contiguous(self, count)
+
+    def Create_vector(self, count: int, blocklength: int, stride: int) -> "Datatype":
+        """Create a vector (strided) datatype (MPI_Type_vector); stride in extents of this type."""
+        from . import constructors
+
+        return constructors.vector(self, count, blocklength, stride, False)
+
+    def Create_hvector(self, count: int, blocklength: int, stride: int) -> "Datatype":
+        """Create a vector (strided) datatype with stride in bytes (MPI_Type_create_hvector)."""
+        from . import constructors
+
+        return constructors.vector(self, count, blocklength, stride, True)
+
+    def Create_indexed(self, blocklengths, displacements) -> "Datatype":
+        """Create an indexed datatype (MPI_Type_indexed); displacements in extents of this type."""
+        from . import constructors
+
+        return constructors.indexed(self, blocklengths, displacements, False)
+
+    def Create_hindexed(self, blocklengths, displacements) -> "Datatype":
+        """Create an indexed datatype with displacements in bytes (MPI_Type_create_hindexed)."""
+        from . import constructors
+
+        return constructors.indexed(self, blocklengths, displacements, True)
+
+    def Create_indexed_block(self, blocklength: int, displacements) -> "Datatype":
+        """Create an indexed datatype with constant-sized blocks (MPI_Type_create_indexed_block)."""
+        from . import constructors
+
+        return constructors.indexed_block(self, blocklength, displacements, False)
+
+    def Create_hindexed_block(self, blocklength: int, displacements) -> "Datatype":
+        """Create an indexed datatype with constant-sized blocks, displacements in bytes
+        (MPI_Type_create_hindexed_block)."""
+        from . import constructors
+
+        return constructors.indexed_block(self, blocklength, displacements, True)
+
+    @classmethod
+    def Create_struct(cls, blocklengths, displacements, datatypes) -> "Datatype":
+        """Create a general composite (struct) datatype (MPI_Type_create_struct); bytes displacements."""
+        from . import constructors
+
+        return constructors.struct(blocklengths, displacements, datatypes)
+
+    def Create_subarray(self, sizes, subsizes, starts, order: int = 56) -> "Datatype":
+        """Create a datatype for a subarray of a multidimensional array (MPI_Type_create_subarray)."""
+        from . import constructors
+
+        return constructors.subarray(self, sizes, subsizes, starts, order)
+
+    def Create_darray(self, size: int, rank: int, gsizes, distribs, dargs, psizes,
+                      order: int = 56) -> "Datatype":
+        """Create a datatype for a distributed array on Cartesian process grids (MPI_Type_create_darray)."""
+        from . import constructors
+
+        return constructors.darray(self, size, rank, gsizes, distribs, dargs, psizes, order)
+
+    def Create_resized(self, lb: int, extent: int) -> "Datatype":
+        """Create a datatype with a new lower bound and extent (MPI_Type_create_resized)."""
+        from . import constructors
+
+        return constructors.resized(self, lb, extent)
+
+    Resized = Create_resized
 
     @classmethod
     def Get_value_index(cls, value: "Datatype", index: "Datatype") -> "Datatype":
@@ -399,6 +496,34 @@ class Datatype:
         pair = _VALUE_INDEX.get((value._handle, index._handle))
         return Datatype(pair if pair is not None else _NULL)
 
+    @classmethod
+    def Create_f90_integer(cls, r: int) -> "Datatype":
+        """Return a bounded integer datatype (MPI_Type_create_f90_integer)."""
+        from . import constructors
+
+        return constructors.f90_integer(r)
+
+    @classmethod
+    def Create_f90_real(cls, p: int, r: int) -> "Datatype":
+        """Return a bounded real datatype (MPI_Type_create_f90_real)."""
+        from . import constructors
+
+        return constructors.f90_real(p, r)
+
+    @classmethod
+    def Create_f90_complex(cls, p: int, r: int) -> "Datatype":
+        """Return a bounded complex datatype (MPI_Type_create_f90_complex)."""
+        from . import constructors
+
+        return constructors.f90_complex(p, r)
+
+    @classmethod
+    def Match_size(cls, typeclass: int, size: int) -> "Datatype":
+        """Find a datatype matching a specified size in bytes (MPI_Type_match_size)."""
+        from . import constructors
+
+        return constructors.match_size(typeclass, size)
+
     def Commit(self) -> "Datatype":
         """Commit the datatype (MPI_Type_commit)."""
         self._check("Commit")
@@ -406,13 +531,19 @@ class Datatype:
         return self
 
     def Free(self) -> None:
-        """Free the datatype (MPI_Type_free)."""
+        """Free the datatype (MPI_Type_free); cached attributes are deleted first."""
         self._check("Free")
         if self._combiner in _PREDEFINED_COMBINERS:
-            raise error(ERR_TYPE, f"Datatype.Free: cannot free a predefined datatype ({self._rec.name})")
+            raise error(ERR_TYPE, f"Datatype.Free: cannot free a predefined datatype "
+                                  f"({self._rec.name or repr(self)})")
+        from . import attributes
+
+        failure = attributes.delete_all(self, "Datatype.Free")
         self._rec.freed = True
         for slot in _COPY_SLOTS:
             setattr(self, slot, getattr(_NULL, slot))
+        if failure is not None:
+            raise failure
 
     def free(self) -> None:
         """Call `Free` if not null or predefined."""
@@ -421,15 +552,43 @@ class Datatype:
 
     # -- decoding ------------------------------------------------------------------------
 
+    def _contents(self) -> tuple[list, list, list, list]:
+        c, kw = self._combiner, self._kw
+        if c == COMBINER_DUP:
+            return [], [], [], [self._base]
+        if c == COMBINER_CONTIGUOUS:
+            return [], [], [kw["count"]], [self._base]
+        if c in (COMBINER_VECTOR, COMBINER_HVECTOR):
+            return [], [], [kw["count"], kw["blocklength"], kw["stride"]], [self._base]
+        if c in (COMBINER_INDEXED, COMBINER_HINDEXED):
+            bl = kw["blocklengths"]
+            return [], [], [len(bl), *bl, *kw["displacements"]], [self._base]
+        if c in (COMBINER_INDEXED_BLOCK, COMBINER_HINDEXED_BLOCK):
+            d = kw["displacements"]
+            return [], [], [len(d), kw["blocklength"], *d], [self._base]
+        if c == COMBINER_STRUCT:
+            bl = kw["blocklengths"]
+            return [], [], [len(bl), *bl, *kw["displacements"]], list(kw["datatypes"])
+        if c == COMBINER_SUBARRAY:
+            return ([len(kw["sizes"]), kw["order"]], [], [*kw["sizes"], *kw["subsizes"], *kw["starts"]],
+                    [self._base])
+        if c == COMBINER_DARRAY:
+            g = kw["gsizes"]
+            return ([kw["size"], kw["rank"], len(g), *kw["distribs"], *kw["dargs"], *kw["psizes"], kw["order"]],
+                    [], list(g), [self._base])
+        if c == COMBINER_RESIZED:
+            return [], [], [kw["lb"], kw["extent"]], [self._base]
+        if c == COMBINER_F90_INTEGER:
+            return [kw["r"]], [], [], []
+        if c in (COMBINER_F90_REAL, COMBINER_F90_COMPLEX):
+            return [kw["p"], kw["r"]], [], [], []
+        return [], [], [], []
+
     def Get_envelope(self) -> tuple[int, int, int, int, int]:
         """Return the number of input arguments used to create a datatype (MPI_Type_get_envelope)."""
         self._check("Get_envelope")
-        c = self._combiner
-        if c == COMBINER_DUP:
-            return (0, 0, 0, 1, c)
-        if c == COMBINER_CONTIGUOUS:
-            return (0, 0, 1, 1, c)
-        return (0, 0, 0, 0, c)
+        i, a, c, d = self._contents()
+        return (len(i), len(a), len(c), len(d), self._combiner)
 
     @property
     def envelope(self) -> tuple[int, int, int, int, int]:
@@ -439,12 +598,10 @@ class Datatype:
     def Get_contents(self) -> tuple[list[int], list[int], list[int], list["Datatype"]]:
         """Return the input arguments used to create a datatype (MPI_Type_get_contents)."""
         self._check("Get_contents")
-        c = self._combiner
-        if c == COMBINER_DUP:
-            return ([], [], [], [self._base])
-        if c == COMBINER_CONTIGUOUS:
-            return ([], [], [self._count], [self._base])
-        raise error(ERR_TYPE, f"Datatype.Get_contents: named predefined datatypes have no contents ({self._rec.name})")
+        if self._combiner == COMBINER_NAMED:
+            raise error(ERR_TYPE, f"Datatype.Get_contents: named predefined datatypes have no contents "
+                                  f"({self._rec.name})")
+        return self._contents()
 
     @property
     def contents(self) -> tuple[list[int], list[int], list[int], list["Datatype"]]:
@@ -452,14 +609,24 @@ class Datatype:
         return self.Get_contents()
 
     def decode(self) -> tuple["Datatype", str, dict]:
-        """Convenience method for decoding a datatype (mpi4py ``Datatype.decode``)."""
+        """Convenience method for decoding a datatype (mpi4py ``Datatype.decode``).
+
+        Returns ``(base, combiner name, arguments)``; ``base`` is the type itself for
+        named types, ``DATATYPE_NULL`` for f90 types and for structs of several types (a
+        struct of one type gives that type), as in mpi4py.
+        """
         self._check("decode")
         c = self._combiner
-        if c == COMBINER_DUP:
-            return (self._base, "DUP", {})
-        if c == COMBINER_CONTIGUOUS:
-            return (self._base, "CONTIGUOUS", {"count": self._count})
-        return (self, "NAMED", {})
+        name = COMBINER_NAMES[c]
+        if c == COMBINER_NAMED:
+            return (self, name, {})
+        kw = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in self._kw.items()}
+        if c == COMBINER_STRUCT:
+            types = kw["datatypes"]
+            return (types[0] if len(types) == 1 else _NULL, name, kw)
+        if c in _F90:
+            return (_NULL, name, kw)
+        return (self._base, name, kw)
 
     @property
     def combiner(self) -> int:
@@ -488,6 +655,114 @@ class Datatype:
     def Is_predefined(self) -> bool:
         """Is a predefined datatype (method form of :attr:`is_predefined`)."""
         return self.is_predefined
+
+    # -- attributes ----------------------------------------------------------------------
+
+    @classmethod
+    def Create_keyval(cls, copy_fn=None, delete_fn=None, nopython: bool = False) -> int:
+        """Create a new attribute key for datatypes (MPI_Type_create_keyval).
+
+        ``copy_fn(datatype, keyval, value)`` runs on ``Dup`` and returns the copy's value
+        (``NotImplemented``: do not copy; ``True`` instead of a function copies the value
+        as is; ``None``: never copied); ``delete_fn(datatype, keyval, value)`` runs when
+        the value is replaced, deleted, or its datatype freed.  With ``nopython`` values
+        are plain integers, as C attributes.
+        """
+        from . import attributes
+
+        return attributes.create_keyval(copy_fn, delete_fn, nopython)
+
+    @classmethod
+    def Free_keyval(cls, keyval: int) -> int:
+        """Free an attribute key for datatypes (MPI_Type_free_keyval); returns KEYVAL_INVALID."""
+        from . import attributes
+
+        return attributes.free_keyval(keyval)
+
+    def Set_attr(self, keyval: int, attrval) -> None:
+        """Store attribute value associated with a key (MPI_Type_set_attr)."""
+        self._check("Set_attr")
+        from . import attributes
+
+        attributes.set_attr(self, keyval, attrval)
+
+    def Get_attr(self, keyval: int):
+        """Retrieve attribute value by key (MPI_Type_get_attr); None when not set."""
+        self._check("Get_attr")
+        from . import attributes
+
+        return attributes.get_attr(self, keyval)
+
+    def Delete_attr(self, keyval: int) -> None:
+        """Delete attribute value associated with a key (MPI_Type_delete_attr)."""
+        self._check("Delete_attr")
+        from . import attributes
+
+        attributes.delete_attr(self, keyval)
+
+    # -- packing ----------------------------------------------------------------------------
+
+    def Pack(self, inbuf, outbuf, position: int, comm) -> int:
+        """Pack into contiguous memory according to datatype (MPI_Pack).
+
+        Packs ``len(inbuf) // extent`` elements from the start of ``inbuf`` into
+        ``outbuf`` at byte ``position``; returns the new position.
+        """
+        position = _index(position, "position", "Datatype.Pack")
+        _check_comm(comm, "Datatype.Pack")
+        self._check_committed("Pack")
+        return _memory_op("pack", "Datatype.Pack")(self, inbuf, outbuf, position)
+
+    def Unpack(self, inbuf, position: int, outbuf, comm) -> int:
+        """Unpack from contiguous memory according to datatype (MPI_Unpack).
+
+        Unpacks ``len(outbuf) // extent`` elements from ``inbuf`` at byte ``position``;
+        returns the new position.
+        """
+        position = _index(position, "position", "Datatype.Unpack")
+        _check_comm(comm, "Datatype.Unpack")
+        self._check_committed("Unpack")
+        return _memory_op("unpack", "Datatype.Unpack")(self, inbuf, position, outbuf)
+
+    def Pack_size(self, count: int, comm) -> int:
+        """Determine the amount of space needed to pack a message (MPI_Pack_size)."""
+        count = _index(count, "count", "Datatype.Pack_size")
+        _check_comm(comm, "Datatype.Pack_size")
+        self._check_committed("Pack_size")
+        if count < 0:
+            raise error(ERR_COUNT, f"Datatype.Pack_size: negative count ({count})")
+        return count * self._size
+
+    def Pack_external(self, datarep: str, inbuf, outbuf, position: int) -> int:
+        """Pack into contiguous memory in the portable ``"external32"`` representation
+        (MPI_Pack_external): big-endian, fixed sizes per basic type."""
+        position = _index(position, "position", "Datatype.Pack_external")
+        _check_datarep(datarep, "Datatype.Pack_external")
+        self._check_committed("Pack_external")
+        return _memory_op("pack_external", "Datatype.Pack_external")(self, inbuf, outbuf, position)
+
+    def Unpack_external(self, datarep: str, inbuf, position: int, outbuf) -> int:
+        """Unpack from contiguous memory in the ``"external32"`` representation (MPI_Unpack_external)."""
+        position = _index(position, "position", "Datatype.Unpack_external")
+        _check_datarep(datarep, "Datatype.Unpack_external")
+        self._check_committed("Unpack_external")
+        return _memory_op("unpack_external", "Datatype.Unpack_external")(self, inbuf, position, outbuf)
+
+    def Pack_external_size(self, datarep: str, count: int) -> int:
+        """Space needed to pack ``count`` elements in ``"external32"`` (MPI_Pack_external_size)."""
+        count = _index(count, "count", "Datatype.Pack_external_size")
+        _check_datarep(datarep, "Datatype.Pack_external_size")
+        self._check("Pack_external_size")
+        if count < 0:
+            raise error(ERR_COUNT, f"Datatype.Pack_external_size: negative count ({count})")
+        from .predefined import EXTERNAL32_SIZE
+        from . import flatten
+
+        c = self._rec.cache
+        per = c.get("ext32")
+        if per is None:
+            per = c["ext32"] = sum(EXTERNAL32_SIZE[b._handle] * n for b, n in flatten.signature(self))
+        return count * per
 
     # -- names ---------------------------------------------------------------------------
 
@@ -542,7 +817,10 @@ class Datatype:
 
     @property
     def np(self):
-        """The NumPy dtype of one element (gpumpi; itemsize == extent, lb == 0 layouts only)."""
+        """The NumPy dtype of one element (gpumpi): predefined, DUP and CONTIGUOUS types.
+
+        Other derived types: ``gpumpi.datatypes.numpy_dtype.to_numpy_dtype``.
+        """
         self._check("np")
         npd = self._npd
         if npd is None:
@@ -554,25 +832,43 @@ class Datatype:
                 npd = numpy.dtype((self._base.np, (self._count,)))
             elif isinstance(self._npspec, str):
                 npd = numpy.dtype(self._npspec)
-            else:
+            elif self._npspec is not None:
                 npd = numpy.dtype(list(self._npspec), align=True)
+            else:
+                raise ValueError(f"Datatype.np: no NumPy dtype for a {COMBINER_NAMES[self._combiner]} "
+                                 f"datatype ({self!r}); use gpumpi.datatypes.numpy_dtype.to_numpy_dtype")
             self._npd = npd
         return npd
 
 
 def _is_contig(segs, size: int, lb: int, extent: int) -> bool:
-    # segs is None only for layouts built lazily from a non-contiguous base
+    # segs is None only for derived layouts, whose constructor decides
     if size != extent or segs is None:
         return False
     return segs == () if size == 0 else segs == ((lb, size),)
 
 
-def _rebuild_dup(base: Datatype) -> Datatype:
-    return base.Dup()
+def _check_comm(comm, call: str) -> None:
+    if comm is None or not hasattr(comm, "Get_size"):
+        raise TypeError(f"{call}: comm must be a Comm (got {type(comm).__name__})")
+    if not comm:
+        raise error(ERR_COMM, f"{call}: invalid communicator (MPI_COMM_NULL)")
 
 
-def _rebuild_contiguous(base: Datatype, count: int) -> Datatype:
-    return base.Create_contiguous(count)
+def _check_datarep(datarep, call: str) -> None:
+    if not isinstance(datarep, str):
+        raise TypeError(f"{call}: datarep must be a str (got {type(datarep).__name__})")
+    if datarep != "external32":
+        from ..errors import ERR_UNSUPPORTED_DATAREP
+
+        raise error(ERR_UNSUPPORTED_DATAREP, f"{call}: unsupported data representation ({datarep!r}; "
+                                             f"only 'external32')")
+
+
+def _rebuild(base: Datatype, name: str, kw: dict, committed: bool) -> Datatype:
+    from . import constructors
+
+    return constructors.rebuild(base, name, kw, committed)
 
 
 _COPY_SLOTS = tuple(s for s in Datatype.__slots__ if s != "__weakref__")

@@ -23,6 +23,16 @@ at 0 and an int at 8, size 12, extent 16; ``SHORT_INT`` has a two-byte hole.
   ``'<'``/``'>'`` prefix are stripped, the non-native one is a ``BufferError``.
 
 Unknown codes raise ``KeyError("cannot map ... to MPI datatype")`` as mpi4py.
+
+Three more named types exist only as ``MPI_Type_match_size`` results, as in MPICH:
+``REAL2``, ``INTEGER16`` and ``COMPLEX4`` (:func:`lookup_name` finds them; the module
+names stay ``DATATYPE_NULL`` as in mpi4py).  Every basic type also carries what the
+type engine and external32 need: ``_yid``, its identity for MPICH's struct padding
+rule (predefined types of one kind and size are one type there: ``INT`` and
+``UNSIGNED``, ``LONG`` and ``INT64_T``...), and :data:`EXTERNAL32_SIZE`, its size in
+the external32 representation (MPI-4 table 13.2: ``LONG`` and ``UNSIGNED_LONG`` are
+4 bytes, ``WCHAR`` 2, everything else its native size; pair types are split into
+their two parts wherever external32 applies).
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from ..constants import COMBINER_NAMED
 from ._core import _VALUE_INDEX, DATATYPE_NULL, Datatype
 
 __all__ = ["DATATYPE_NULL", "TypeDict", "TypeDictC", "TypeDictF", "lookup_typecode", "lookup_format",
-           "PREDEFINED_NAMES"]
+           "lookup_name", "PREDEFINED_NAMES", "EXTERNAL32_SIZE"]
 
 _LITTLE = sys.byteorder == "little"
 _NATIVE, _FOREIGN = ("<", ">") if _LITTLE else (">", "<")
@@ -114,12 +124,31 @@ _ns = globals()
 #: Every predefined datatype name, in the order they are defined here (aliases included).
 PREDEFINED_NAMES: list[str] = ["DATATYPE_NULL"]
 
+
+
+def _yid(npspec: str, size: int) -> tuple:
+    """Engine identity of a basic type: its kind (integer-like, float, complex) and size."""
+    head = npspec[0]
+    if head == "g":
+        return ("f", size)
+    if head in "cG":
+        return ("c", size)
+    if head == "f" and size != 2:  # MPICH's engine has no half float: FLOAT16 is a 2-byte integer there
+        return ("f", size)
+    return ("i", size)
+
+
+#: handle -> size of one element in the external32 representation
+EXTERNAL32_SIZE: dict[int, int] = {}
+_EXT32_NARROW = {"LONG": 4, "UNSIGNED_LONG": 4, "WCHAR": 2}
+
 for _name, _aliases, _mpi, _h, _size, _char, _str, _code, _align, _np in _BASIC:
     _dt = Datatype._make(
         handle=_h, name=_mpi, size=_size, lb=0, extent=_size, true_lb=0, true_extent=_size,
         segs=((0, _size),), combiner=COMBINER_NAMED, char=_char, typestr=_str, code=_code,
-        align=_align, nbasic=1, npspec=_np, committed=True,
+        align=_align, yid=_yid(_np, _size), nbasic=1, npspec=_np, committed=True,
     )
+    EXTERNAL32_SIZE[_h] = _EXT32_NARROW.get(_name, _size)
     for _n in (_name, *_aliases):
         _ns[_n] = _dt
         PREDEFINED_NAMES.append(_n)
@@ -127,8 +156,8 @@ for _name, _aliases, _mpi, _h, _size, _char, _str, _code, _align, _np in _BASIC:
 for _name, _aliases, _mpi, _h, _size, _ext, _text, _segs, _align, _np, _value in _PAIRS:
     _dt = Datatype._make(
         handle=_h, name=_mpi, size=_size, lb=0, extent=_ext, true_lb=0, true_extent=_text,
-        segs=_segs, combiner=COMBINER_NAMED, align=_align, nbasic=1,
-        npspec=(("f0", _np), ("f1", "i4")), committed=True,
+        segs=_segs, combiner=COMBINER_NAMED, align=_align, yid=("pair", _h), pair=(_ns[_value], _ns["INT"]),
+        nbasic=1, npspec=(("f0", _np), ("f1", "i4")), committed=True,
     )
     _VALUE_INDEX[(_ns[_value]._handle, _ns["INT"]._handle)] = _dt
     for _n in (_name, *_aliases):
@@ -139,9 +168,25 @@ for _n in _ABSENT:
     _ns[_n] = DATATYPE_NULL
     PREDEFINED_NAMES.append(_n)
 
+# name, MPI name, handle, size, align, numpy spec: MPICH types reachable only through Match_size
+_HIDDEN_SPECS = [
+    ("REAL2", "MPI_REAL2", 0x4C000226, 2, 2, "f2"),
+    ("COMPLEX4", "MPI_COMPLEX4", 0x4C00042E, 4, 2, "V4"),
+    ("INTEGER16", "MPI_INTEGER16", 0x4C001032, 16, 16, "V16"),
+]
+_HIDDEN: dict[str, Datatype] = {}
+for _n, _mpi, _h, _size, _align, _np in _HIDDEN_SPECS:
+    _HIDDEN[_n] = Datatype._make(
+        handle=_h, name=_mpi, size=_size, lb=0, extent=_size, true_lb=0, true_extent=_size,
+        segs=((0, _size),), combiner=COMBINER_NAMED, align=_align,
+        yid=(("c" if _n.startswith("COMPLEX") else "i" if _n.startswith("INTEGER") else "f"), _size),
+        nbasic=1, npspec=_np, committed=True,
+    )
+    EXTERNAL32_SIZE[_h] = _size
+
 __all__ += PREDEFINED_NAMES
 del _ns, _name, _aliases, _mpi, _h, _size, _char, _str, _code, _align, _np, _dt, _n
-del _ext, _text, _segs, _value
+del _ext, _text, _segs, _value, _HIDDEN_SPECS
 
 
 def _typedict(pairs: str) -> dict[str, Datatype]:
@@ -174,6 +219,17 @@ TypeDictF: dict[str, Datatype] = _typedict(
     "i2:INTEGER2 i4:INTEGER4 i8:INTEGER8 r4:REAL4 r8:REAL8 r16:REAL16 c8:COMPLEX8 c16:COMPLEX16 "
     "c32:COMPLEX32"
 )
+
+
+def lookup_name(name: str) -> Datatype:
+    """The named datatype ``name`` (``"INT"``, ``"REAL2"``...), including MPICH's Match_size-only
+    types; ``KeyError`` when there is none."""
+    dt = _HIDDEN.get(name)
+    if dt is None:
+        dt = globals().get(name)
+        if not isinstance(dt, Datatype) or not dt:
+            raise KeyError(f"no named datatype {name!r}")
+    return dt
 
 
 def _prefix(call: str) -> str:
