@@ -376,10 +376,10 @@ def _swap(w: int):
 
 def _narrow(native: str, ext: str):
     def enc(a: np.ndarray) -> np.ndarray:
-        return a.view(native).astype(ext).view(_U8).reshape(a.shape[0], -1)
+        return np.ascontiguousarray(a).view(native).astype(ext).view(_U8).reshape(a.shape[0], -1)
 
     def dec(a: np.ndarray) -> np.ndarray:
-        return a.view(ext).astype(native).view(_U8).reshape(a.shape[0], -1)
+        return np.ascontiguousarray(a).view(ext).astype(native).view(_U8).reshape(a.shape[0], -1)
 
     return enc, dec
 

@@ -6,7 +6,7 @@ import pickle
 
 import dtgen
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpumpi import datatypes as D  # noqa: F401 - names used through dtgen.G too
@@ -74,13 +74,15 @@ def _mpich_darray_quirk(spec) -> bool:
     return _mpich_darray_quirk(spec[-1])
 
 
-def _same_contents(ours, ref):
+def _same_contents(ours, ref, quirk=False):
+    """Same Get_contents; with ``quirk`` (a darray inside, see above) true bounds are not compared."""
     oi, oa, oc, od = ours.Get_contents()
     ri, ra, rc, rd = ref.Get_contents()
     assert (oi, oa, oc) == (ri, ra, rc)
     assert len(od) == len(rd)
+    n = 3 if quirk else 5
     for a, b in zip(od, rd):
-        assert a.combiner == b.combiner and dtgen.layout(a) == dtgen.layout(b)
+        assert a.combiner == b.combiner and dtgen.layout(a)[:n] == dtgen.layout(b)[:n]
         if a.is_named:
             assert a.handle == b.handle
 
@@ -90,6 +92,8 @@ def _same_contents(ours, ref):
 
 @FAST
 @given(dtgen.specs())
+@example(spec=("dup", ("darray", 1, 0, [1, 1, 1], [122, 121, 121], [2, -49767, -49767], [1, 1, 1], 56,
+                        ("subarray", [2], [1], [1], 56, ("named", "BYTE")))))  # quirk one level down
 def test_layout_envelope_contents_match_mpi4py(spec):
     ours, ref = dtgen.build(spec, D), dtgen.build(spec, MPI)
     got, want = dtgen.layout(ours), dtgen.layout(ref)
@@ -100,7 +104,7 @@ def test_layout_envelope_contents_match_mpi4py(spec):
            (ref.typestr, ref.typechar, ref.is_named, ref.is_predefined)
     assert ours.Get_envelope() == ref.Get_envelope()
     if not ours.is_named:
-        _same_contents(ours, ref)
+        _same_contents(ours, ref, _mpich_darray_quirk(spec))
         base, name, kw = ours.decode()
         rbase, rname, rkw = ref.decode()
         assert name == rname and kw.keys() == rkw.keys()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dtgen
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpumpi import datatypes as D
@@ -217,6 +217,8 @@ def test_pack_external_equals_mpich(spec, count, seed):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(dtgen.specs(depth=3, names=dtgen.EXT32_BASIC), st.integers(1, 2), st.integers(0, 2**32 - 1))
+@example(spec=("struct", [0, 1, 1], [0, 0, 0],  # numpy's fancy indexing gave a non-C-ordered copy
+               [("named", "BYTE"), ("named", "LONG"), ("dup", ("dup", ("named", "BYTE")))]), count=2, seed=0)
 def test_pack_external_of_mixed_types_converts_each_element(spec, count, seed):
     t = dtgen.build(spec, D).Commit()
     if len(flatten.typemap(t)) * count > 120:
