@@ -286,6 +286,81 @@ def message_simple(spec, readonly: bool, rank: int, blocks: int = 1, call: str =
     return _message_simple(spec, readonly, blocks, call)
 
 
+def _strided(a) -> bool:
+    """A NumPy array view that is neither C- nor Fortran-contiguous."""
+    return isinstance(a, _ndarray) and not (a.flags.c_contiguous or a.flags.f_contiguous)
+
+
+def _strided_message(a, o_count, o_displ, o_type, readonly: bool, blocks: int, call: str) -> Msg:
+    """A strided NumPy view as a message.
+
+    Without a datatype, or with a predefined one of the element's size, the message is the
+    view's elements in C order under an automatic datatype (``numpy_dtype.for_array``):
+    no hand-built type needed; ``count`` may then only be the number of elements and
+    ``displ`` only 0.  With a derived datatype the view is a pointer to its first element,
+    as in C (``[a[:, 1:], 1, column]``): the type lays out memory from there, and every
+    byte it touches must lie within the view's span of memory.
+    """
+    if blocks > 1:
+        raise BufferError(f"{_prefix(call)}buffer is not contiguous (shape {a.shape}, strides {a.strides}): "
+                          f"collectives need contiguous buffers or an explicit datatype")
+    if not readonly and not a.flags.writeable:
+        raise BufferError(f"{_prefix(call)}buffer is not writable (read-only {type(a).__name__})")
+    first = a.__array_interface__["data"][0]
+    given = None if o_type is None else _asdatatype(o_type, call)
+    if given is not None and (given._combiner not in _PREDEFINED_COMBINERS or given._size != a.itemsize):
+        if given._size is None or given._rec.freed:
+            _invalid(given, call)
+        if o_count is None:
+            raise ValueError(f"{_prefix(call)}message: a non-contiguous array (shape {a.shape}, strides "
+                             f"{a.strides}) with datatype {given._rec.name or repr(given)} needs an explicit count")
+        count = _index(o_count, call)
+        if count < 0:
+            raise ValueError(f"{_prefix(call)}message: negative count {count}")
+        offset = 0
+        if o_displ is not None:
+            displ = _index(o_displ, call)
+            if displ < 0:
+                raise ValueError(f"{_prefix(call)}message: negative displacement {displ}")
+            offset = displ * given._extent if displ else 0
+        vlo = sum(min(0, (n - 1) * st) for n, st in zip(a.shape, a.strides)) if a.size else 0
+        vhi = sum(max(0, (n - 1) * st) for n, st in zip(a.shape, a.strides)) + a.itemsize if a.size else 0
+        lo = hi = offset
+        if count:
+            lo, hi = _bounds(given, offset, count)
+            if lo < vlo or hi > vhi:
+                raise ValueError(f"{_prefix(call)}message: count {count} of datatype "
+                                 f"{given._rec.name or repr(given)} needs bytes [{lo}, {hi}) from the first "
+                                 f"element, the array view spans [{vlo}, {vhi})")
+        datatype, addr = given, first + offset
+        lo -= offset
+    else:
+        if o_displ is not None and _index(o_displ, call) != 0:
+            raise ValueError(f"{_prefix(call)}message: a non-contiguous array takes no displacement "
+                             f"({_index(o_displ, call)})")
+        if o_count is not None and _index(o_count, call) != a.size:
+            raise ValueError(f"{_prefix(call)}message: a non-contiguous array moves all its {a.size} elements "
+                             f"(count {_index(o_count, call)})")
+        from .datatypes.numpy_dtype import for_array
+
+        datatype, count, start = for_array(a)
+        addr = first + start
+        lo, hi = _bounds(datatype, 0, count) if count else (0, 0)
+    m = Msg()
+    m.obj = a
+    m._view = None
+    m.addr = addr
+    m.count = count
+    m.datatype = datatype
+    m.nbytes = count * datatype._size
+    m.lo, m.span = lo, hi - lo
+    m.blocks = 1
+    m.kind = HOST
+    m.contiguous = datatype._contig
+    m._mem = _raw_mem(addr + lo, m.span, readonly, a)
+    return m
+
+
 def _message_simple(spec, readonly: bool, blocks: int, call: str) -> Msg:
     o_count = o_displ = None
     if isinstance(spec, (list, tuple)):
@@ -305,9 +380,13 @@ def _message_simple(spec, readonly: bool, blocks: int, call: str) -> Msg:
             o_buf, o_count, o_displ, o_type = spec
         else:
             raise ValueError(f"{_prefix(call)}message: expecting 2 to 4 items")
+        if _strided(o_buf):
+            return _strided_message(o_buf, o_count, o_displ, o_type, readonly, blocks, call)
         obj, view, baddr, length, kind, datatype = _basic(o_buf, o_type, readonly, call)
     else:
         o_buf = spec
+        if _strided(spec):
+            return _strided_message(spec, None, None, None, readonly, blocks, call)
         obj, view, baddr, length, kind, datatype = _top_level(spec, readonly, call)
     bsize = length
 

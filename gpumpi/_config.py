@@ -20,6 +20,8 @@ GPUMPI_RING_SIZE      bytes of each per-pair ring (default 0: automatic, 64 MiB 
 GPUMPI_SPLIT_MIN      rendezvous messages at least this large are copied by both sides at
                       once, each half by cross-memory attach (default 262144; 0 disables).
 GPUMPI_CMA            1/0: use cross-memory attach for large host messages (default 1).
+GPUMPI_TYPECHECK      0: do not check that a receive's basic type matches the message's (default
+                      1: a message of f8 received as i4 fails with ERR_TYPE).
 GPUMPI_CHUNK          bytes per chunk of the staged (no-CMA) pipeline (default 65536).
 GPUMPI_DEBUG          1: extra checks.
 GPUMPI_PROFILE        1: count calls, bytes and time per operation; summary at finalize.
@@ -51,6 +53,7 @@ class Config:
     ring_size: int = 0
     split_min: int = 262144
     cma: bool = True
+    typecheck: bool = True
     chunk: int = 65536
     debug: bool = False
     profile: bool = False
@@ -101,6 +104,7 @@ def _read(env) -> Config:
         ring_size=max(0, _int(env, "GPUMPI_RING_SIZE", 0)),
         split_min=max(0, _int(env, "GPUMPI_SPLIT_MIN", 262144)),
         cma=_bool(env, "GPUMPI_CMA", True),
+        typecheck=_bool(env, "GPUMPI_TYPECHECK", True),
         chunk=max(4096, _int(env, "GPUMPI_CHUNK", 65536)),
         debug=_bool(env, "GPUMPI_DEBUG", False),
         profile=_bool(env, "GPUMPI_PROFILE", False),

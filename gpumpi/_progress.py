@@ -38,8 +38,10 @@ from .errors import (
     ERR_PROC_FAILED,
     ERR_PROC_FAILED_PENDING,
     ERR_TRUNCATE,
+    ERR_TYPE,
     SUCCESS,
 )
+from .datatypes.flatten import sig_name
 from .ipc import cma
 from .ipc.shm import ShmTransport
 
@@ -70,7 +72,7 @@ class Xfer:
         "kind", "state", "done", "peer", "src", "tag", "ctx", "msgid", "mode",
         "mem", "addr", "cap", "bufs", "nbytes", "got",
         "st_source", "st_tag", "st_nbytes", "err", "errmsg", "cancelled",
-        "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs",
+        "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs", "sig",
     )
 
     def __init__(self, kind: int) -> None:
@@ -90,18 +92,20 @@ class Xfer:
         self.arrival = None
         self.push_iter = None
         self.push_next = None
+        self.sig = 0
 
 
 class Arrival:
     """An incoming message (envelope, and its eager payload or its sender's segments)."""
 
-    __slots__ = ("peer", "src", "ctx", "tag", "kind", "flags", "nbytes", "msgid", "data", "segs")
+    __slots__ = ("peer", "src", "ctx", "tag", "kind", "flags", "nbytes", "msgid", "data", "segs", "sig")
 
-    def __init__(self, peer, src, ctx, tag, kind, flags, nbytes, msgid):
+    def __init__(self, peer, src, ctx, tag, kind, flags, nbytes, msgid, sig=0):
         self.peer, self.src, self.ctx, self.tag = peer, src, ctx, tag
         self.kind, self.flags, self.nbytes, self.msgid = kind, flags, nbytes, msgid
         self.data = None
         self.segs = None
+        self.sig = sig
 
 
 def encode_segments(segs) -> bytes:
@@ -148,6 +152,7 @@ class Engine:
         self.cma = bool(cfg.cma) and cma.available()
         self.cma_proven = False  # a plain cross-memory read has worked: splitting is safe
         self.split_min = cfg.split_min
+        self.typecheck = cfg.typecheck
         # a peer may have died before this rank started: take the job's record as it is now
         self.epoch = seg.epoch if seg is not None else 0
         self.failed: set = set(seg.failed_ranks()) if seg is not None else set()
@@ -169,11 +174,13 @@ class Engine:
         return m
 
     def _finish(self, x: Xfer) -> None:
-        x.done = True
+        # the callback (an unpack into the user's buffer, a parent request) runs before the
+        # operation reads as done: a thread polling ``done`` outside the lock sees it finished
         cb = x.on_done
         if cb is not None:
             x.on_done = None
             cb(x)
+        x.done = True
 
     def _fail(self, x: Xfer, err: int, msg: str) -> None:
         if x.done:
@@ -185,12 +192,15 @@ class Engine:
 
     # --- posting --------------------------------------------------------------------------
     def isend(self, bufs, nbytes: int, wpeer: int, src: int, tag: int, ctx: int, mode: int, call: str,
-              addrs=None) -> Xfer:
+              addrs=None, sig: int = 0) -> Xfer:
         """Post a send of the host buffers ``bufs`` (memoryviews, concatenated) to world rank ``wpeer``.
 
-        ``addrs`` gives the buffers' addresses when the caller knows them.  A standard
-        eager send completes at once and returns the shared completed ``SENT``.
+        ``addrs`` gives the buffers' addresses when the caller knows them; ``sig`` is the
+        datatype's signature code (``flatten.sigcode``; 0: untyped), carried in the top
+        bits of the frame's byte count.  A standard eager send completes at once and
+        returns the shared completed ``SENT``.
         """
+        wire = nbytes | (sig << P.SIG_SHIFT) if sig else nbytes
         with self.lock:
             if wpeer in self.failed:
                 x = Xfer(SEND)
@@ -201,19 +211,19 @@ class Engine:
             if nbytes <= self.eager_limit:
                 payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
                 if mode != P.SYNCHRONOUS:
-                    if tr.try_send(wpeer, P.EAGER, 0, src, ctx, tag, nbytes, 0, payload):
+                    if tr.try_send(wpeer, P.EAGER, 0, src, ctx, tag, wire, 0, payload):
                         return SENT
                     # the ring is full: the frame waits in the backlog, pointing at the
                     # caller's memory; the send completes when the frame is written
                     x = Xfer(SEND)
-                    if tr.send(wpeer, P.EAGER, 0, src, ctx, tag, nbytes, 0, payload, x):
+                    if tr.send(wpeer, P.EAGER, 0, src, ctx, tag, wire, 0, payload, x):
                         return SENT  # the receiver made room in between: written after all
                 else:
                     x = Xfer(SEND)
                     x.msgid = m = self._new_msgid()
                     x.state = P.WAIT_ACK
                     self.sends[m] = x
-                    tr.send(wpeer, P.EAGER, P.FLAG_SYNC, src, ctx, tag, nbytes, m, payload, x)
+                    tr.send(wpeer, P.EAGER, P.FLAG_SYNC, src, ctx, tag, wire, m, payload, x)
             else:
                 x = Xfer(SEND)
                 x.msgid = m = self._new_msgid()
@@ -222,7 +232,7 @@ class Engine:
                 if addrs is None:
                     addrs = [address_of(b) for b in bufs]
                 x.segs = segs = [(a, len(b)) for a, b in zip(addrs, bufs)]
-                tr.send(wpeer, P.RTS, P.FLAG_CMA if self.cma else 0, src, ctx, tag, nbytes, m,
+                tr.send(wpeer, P.RTS, P.FLAG_CMA if self.cma else 0, src, ctx, tag, wire, m,
                         encode_segments(segs))
             x.peer = wpeer
             x.tag = tag
@@ -234,9 +244,16 @@ class Engine:
             self.progress()
         return x
 
-    def irecv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None) -> Xfer:
-        """Post a receive into ``mem`` (``cap`` bytes at ``addr`` if known); ``mem=None`` allocates on match."""
+    def irecv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None,
+              sig: int = 0, post=None) -> Xfer:
+        """Post a receive into ``mem`` (``cap`` bytes at ``addr`` if known); ``mem=None`` allocates on match.
+
+        ``sig`` is the receive datatype's signature code (0: accept any); ``post(x)`` runs
+        when the receive completes, before it reads as done (unpacking into user memory).
+        """
         x = Xfer(RECV)
+        x.sig = sig
+        x.on_done = post
         x.mem = mem
         x.addr = addr
         x.cap = cap
@@ -250,7 +267,7 @@ class Engine:
             arr = self.matcher.post_recv(ctx, source, tag, x)
             if arr is not None:
                 self._match(x, arr.peer, arr.src, arr.ctx, arr.tag, arr.kind, arr.flags, arr.nbytes, arr.msgid,
-                            arr.data, arr.segs)
+                            arr.data, arr.segs, arr.sig)
             elif wpeer in self.failed or (wpeer == ANY_SOURCE and self.failed):
                 self.matcher.cancel_recv(ctx, x)
                 self._fail_recv_for_failure(x)
@@ -262,10 +279,10 @@ class Engine:
         """Complete receive ``x`` with an arrival taken by a matched probe."""
         with self.lock:
             self._match(x, arr.peer, arr.src, arr.ctx, arr.tag, arr.kind, arr.flags, arr.nbytes, arr.msgid,
-                        arr.data, arr.segs)
+                        arr.data, arr.segs, arr.sig)
 
     # --- matching and frames ---------------------------------------------------------------
-    def _match(self, x: Xfer, peer, src, ctx, tag, kind, flags, n, msgid, data, segs) -> None:
+    def _match(self, x: Xfer, peer, src, ctx, tag, kind, flags, n, msgid, data, segs, sig=0) -> None:
         """Receive ``x`` matched a message: copy eager data, or read/pull a rendezvous one."""
         if flags & P.FLAG_SYNC or kind == P.RTS:
             self.cancellable.pop((peer, msgid), None)
@@ -281,6 +298,12 @@ class Engine:
         if n > cap:
             x.err = ERR_TRUNCATE
             x.errmsg = f"{x.call}: message truncated ({n} bytes, buffer {cap})"
+        if sig and x.sig and sig != x.sig and n and self.typecheck:
+            # nothing is delivered; the protocol still runs so the sender completes
+            x.err = ERR_TYPE
+            x.errmsg = (f"{x.call}: type signature mismatch (message of {n} bytes of {sig_name(sig)} from rank "
+                        f"{src}, receive of {sig_name(x.sig)})")
+            x.cap = take = x.st_nbytes = 0
         if kind == P.EAGER:
             if take:
                 x.mem[:take] = data if take == n else data[:take]
@@ -325,12 +348,15 @@ class Engine:
     def _on_frame(self, peer: int, hdr, payload) -> None:
         _, kind, flags, src, ctx, tag, nbytes, msgid = hdr
         if kind == P.EAGER or kind == P.RTS:
+            sig = nbytes >> P.SIG_SHIFT
+            if sig:
+                nbytes &= P.NBYTES_MASK
             segs = decode_segments(payload) if kind == P.RTS else None
             x = self.matcher.match_posted(ctx, src, tag)
             if x is not None:
-                self._match(x, peer, src, ctx, tag, kind, flags, nbytes, msgid, payload, segs)
+                self._match(x, peer, src, ctx, tag, kind, flags, nbytes, msgid, payload, segs, sig)
                 return
-            arr = Arrival(peer, src, ctx, tag, kind, flags, nbytes, msgid)
+            arr = Arrival(peer, src, ctx, tag, kind, flags, nbytes, msgid, sig)
             arr.segs = segs
             if kind == P.EAGER:
                 arr.data = bytes(payload)

@@ -73,6 +73,10 @@ WRT_BODY = struct.Struct("<QQ")
 #: Frame header: length, kind, flags, pad, context, tag, nbytes, message id.
 HEADER = struct.Struct("<IBBHiiQQ")
 HLEN = HEADER.size  # 32
+#: EAGER and RTS frames carry the datatype's signature code (``datatypes.flatten.sigcode``)
+#: in the top 16 bits of ``nbytes``; messages stay below 2**48 bytes.
+SIG_SHIFT = 48
+NBYTES_MASK = (1 << SIG_SHIFT) - 1
 #: RTS payload: the sender's buffer address.
 RTS_BODY = struct.Struct("<Q")
 

@@ -24,7 +24,10 @@ from . import _pickle
 from . import _protocol as P
 from . import _runtime as _rt
 from ._buffers import message_simple
+import numpy as _np
 from numpy import ndarray as _ndarray
+from .datatypes import plan as _plan
+from .datatypes.flatten import sigcode as _sigcode
 from ._progress import GREQ, RECV, SENT, Xfer
 from .constants import (
     ANY_SOURCE,
@@ -71,13 +74,52 @@ def _msg(spec, readonly: bool, rank: int, call: str):
     return message_simple(spec, readonly, rank, 1, call)
 
 
-def _host_view(m, call: str):
-    """The message's bytes as one host memoryview (contiguous host or simulated-device memory)."""
-    if m.mem is None:
+def _host_mem(m, call: str):
+    mem = m.mem
+    if mem is None:
         raise NotImplementedError(f"{call}: device memory without a host mapping is not supported yet ({m.kind})")
+    return mem
+
+
+def _sig(dt) -> int:
+    """The datatype's signature code (``flatten.sigcode``), cached on the type."""
+    code = dt._rec.cache.get("sigcode")
+    return code if code is not None else _sigcode(dt)
+
+
+def _out(m, call: str):
+    """``(bytes, address)`` a send moves: the buffer itself when contiguous, else its packed elements."""
+    mem = _host_mem(m, call)
+    if m.contiguous:
+        return mem, m.addr + m.lo
+    packed = _plan.pack(mem, m.lo, m.datatype, m.count)
+    return memoryview(packed), packed.ctypes.data
+
+
+def _in(m, call: str):
+    """``(memory, address, post)`` a receive lands in: the buffer itself when contiguous, else a
+    packed staging array that ``post(x)`` unpacks into the buffer when the receive completes
+    (exactly the bytes that arrived: a short message fills only its leading elements)."""
+    mem = _host_mem(m, call)
+    if m.contiguous:
+        return mem, m.addr + m.lo, None
+    tmp = _np.empty(m.nbytes, dtype=_np.uint8)
+    dt, count, lo = m.datatype, m.count, m.lo
+
+    def post(x):
+        n = x.st_nbytes
+        if n and not x.cancelled:
+            _plan.unpack(tmp, mem, lo, dt, count, n)
+
+    return memoryview(tmp), tmp.ctypes.data, post
+
+
+def _contiguous_only(m, call: str):
+    mem = _host_mem(m, call)
     if not m.contiguous:
-        raise NotImplementedError(f"{call}: non-contiguous datatypes are not supported yet ({m.datatype!r})")
-    return m.mem
+        raise NotImplementedError(f"{call}: partitioned communication needs contiguous data "
+                                  f"(datatype {m.datatype!r}, count {m.count})")
+    return mem
 
 
 # --- attached buffers for buffered sends -----------------------------------------------------------
@@ -181,11 +223,11 @@ def _part_done(j: Xfer, x: Xfer, status_from: bool = False) -> None:
         j.st_source, j.st_tag, j.st_nbytes, j.cancelled = x.st_source, x.st_tag, x.st_nbytes, x.cancelled
     j.got -= 1
     if j.got == 0:
-        j.done = True
         cb = j.on_done
         if cb is not None:
             j.on_done = None
             cb(j)
+        j.done = True  # after the callback, as Engine._finish
 
 
 def _done_xfer(source: int = PROC_NULL, tag: int = ANY_TAG) -> Xfer:
@@ -420,20 +462,21 @@ class Comm:
         dest = self._peer(dest, call, "destination")
         tag = self._stag(tag, call)
         m = _msg(buf, True, dest, call)
-        mem = _host_view(m, call)
+        mem, addr = _out(m, call)
         if mode == BUFFERED:
-            return self._bsend(mem, dest, tag, call)
+            return self._bsend(mem, dest, tag, call, _sig(m.datatype))
         return _rt.ENGINE.isend([mem], len(mem), self._w[dest], self._rank, tag, self._ctx, mode, call,
-                                (m.addr + m.lo,))
+                                (addr,), _sig(m.datatype))
 
-    def _bsend(self, mem, dest: int, tag: int, call: str):
+    def _bsend(self, mem, dest: int, tag: int, call: str, sig: int = 0):
         holder = self._bpool if self._bpool.get("pool") is not None else _bsend
         pool = holder.get("pool")
         if pool is None:
             raise error(ERR_BUFFER, f"{call}: no buffer attached (use Attach_buffer; {len(mem)} bytes)")
         copy, region = pool.alloc(len(mem), call)
         copy[:] = mem
-        x = _rt.ENGINE.isend([copy], len(copy), self._w[dest], self._rank, tag, self._ctx, STANDARD, call)
+        x = _rt.ENGINE.isend([copy], len(copy), self._w[dest], self._rank, tag, self._ctx, STANDARD, call,
+                             None, sig)
         if x.done:
             pool.release(region)
             if x.err:
@@ -452,9 +495,9 @@ class Comm:
         source = self._src(source, call)
         tag = self._rtag(tag, call)
         m = _msg(buf, False, source, call)
-        mem = _host_view(m, call)
+        mem, addr, post = _in(m, call)
         wpeer = ANY_SOURCE if source == ANY_SOURCE else self._w[source]
-        return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, self._ctx, call, m.addr + m.lo)
+        return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, self._ctx, call, addr, _sig(m.datatype), post)
 
     def _wait(self, x, status, call: str) -> None:
         if x is None:
@@ -495,8 +538,10 @@ class Comm:
                 m = message_simple(buf, True, dest, 1, "Send")
                 mem = m.mem
                 if mem is not None and m.contiguous:
+                    dt = m.datatype
+                    sig = dt._rec.cache.get("sigcode")
                     x = _rt.ENGINE.isend([mem], len(mem), self._w[dest], self._rank, tag, self._ctx, STANDARD,
-                                         "Send", (m.addr + m.lo,))
+                                         "Send", (m.addr + m.lo,), _sigcode(dt) if sig is None else sig)
                     if x is not SENT:
                         self._wait(x, None, "Send")
                     return
@@ -526,8 +571,10 @@ class Comm:
                 mem = m.mem
                 if mem is not None and m.contiguous:
                     eng = _rt.ENGINE
+                    dt = m.datatype
+                    sig = dt._rec.cache.get("sigcode")
                     x = eng.irecv(mem, len(mem), source, ANY_SOURCE if source < 0 else self._w[source], tag,
-                                  self._ctx, "Recv", m.addr + m.lo)
+                                  self._ctx, "Recv", m.addr + m.lo, _sigcode(dt) if sig is None else sig)
                     if not x.done:
                         eng.wait(x)
                     if status is not None:
@@ -579,7 +626,8 @@ class Comm:
         if dest == PROC_NULL:
             return None
         m = _msg(buf, True, dest, call)
-        return bytearray(_host_view(m, call))
+        mem, _ = _out(m, call)
+        return mem if not m.contiguous else bytearray(mem)
 
     def Sendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
@@ -753,12 +801,19 @@ class Comm:
             return Prequest._persistent(lambda: _done_xfer(), self, buf)
         dest = self._peer(dest, call, "destination")
         tag = self._stag(tag, call)
-        mem = _host_view(_msg(buf, True, dest, call), call)
+        m = _msg(buf, True, dest, call)
+        _host_mem(m, call)
+        sig = _sig(m.datatype)
         eng_ctx, me, wdest = self._ctx, self._rank, self._w[dest]
-        if mode == BUFFERED:
-            return Prequest._persistent(lambda: self._bsend(mem, dest, tag, call), self, buf)
-        return Prequest._persistent(
-            lambda: _rt.ENGINE.isend([mem], len(mem), wdest, me, tag, eng_ctx, mode, call), self, buf)
+        fixed = _out(m, call) if m.contiguous else None  # non-contiguous data is packed at every Start
+
+        def start():
+            mem, addr = fixed or _out(m, call)
+            if mode == BUFFERED:
+                return self._bsend(mem, dest, tag, call, sig)
+            return _rt.ENGINE.isend([mem], len(mem), wdest, me, tag, eng_ctx, mode, call, (addr,), sig)
+
+        return Prequest._persistent(start, self, buf)
 
     def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
         """Persistent standard send (MPI_Send_init)."""
@@ -797,11 +852,17 @@ class Comm:
                 return Prequest._persistent(lambda: _done_xfer(), self, buf)
             source = self._src(source, call)
             tag = self._rtag(tag, call)
-            mem = _host_view(_msg(buf, False, source, call), call)
+            m = _msg(buf, False, source, call)
+            _host_mem(m, call)
+            sig = _sig(m.datatype)
             wpeer = ANY_SOURCE if source == ANY_SOURCE else self._w[source]
             ctx = self._ctx
-            return Prequest._persistent(
-                lambda: _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call), self, buf)
+
+            def start():
+                mem, addr, post = _in(m, call)
+                return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr, sig, post)
+
+            return Prequest._persistent(start, self, buf)
         except MPIException as e:
             self._raise(e)
 
@@ -816,7 +877,7 @@ class Comm:
                 return _PartRequest._make(None, partitions, self, buf, send=True, start=lambda: _done_xfer())
             dest = self._peer(dest, call, "destination")
             tag = self._stag(tag, call)
-            mem = _host_view(_msg(buf, True, dest, call), call)
+            mem = _contiguous_only(_msg(buf, True, dest, call), call)
             if len(mem) % partitions:
                 raise error(ERR_COUNT, f"{call}: buffer of {len(mem)} bytes does not split into {partitions} partitions")
             return _PartRequest._make(mem, partitions, self, buf, send=True, peer=dest, tag=tag)
@@ -835,7 +896,7 @@ class Comm:
                 raise error(ERR_ARG, f"{call}: partitioned receives take no wildcards (source {source}, tag {tag})")
             source = self._peer(source, call, "source")
             tag = self._stag(tag, call)
-            mem = _host_view(_msg(buf, False, source, call), call)
+            mem = _contiguous_only(_msg(buf, False, source, call), call)
             if len(mem) % partitions:
                 raise error(ERR_COUNT, f"{call}: buffer of {len(mem)} bytes does not split into {partitions} partitions")
             return _PartRequest._make(mem, partitions, self, buf, send=False, peer=source, tag=tag)
@@ -1129,8 +1190,16 @@ class Intracomm(Comm):
             self._check(call)
             root = self._root(root, call)
             m = _msg(buf, self._rank == root, 0, call)
-            mem = _host_view(m, call)
-            self._tree_bcast(mem, root, self._ctag(), call)
+            if self._rank == root:
+                mem, _ = _out(m, call)
+                self._tree_bcast(mem, root, self._ctag(), call)
+            else:
+                mem, _, post = _in(m, call)
+                self._tree_bcast(mem, root, self._ctag(), call)
+                if post is not None:
+                    done = Xfer(RECV)
+                    done.st_nbytes = len(mem)
+                    post(done)
         except MPIException as e:
             self._raise(e)
 
@@ -1343,7 +1412,9 @@ class Message:
             x.dynamic = True
             x.mem, x.cap = None, 0
         else:
-            mem = _host_view(_msg(buf, False, a.src, call), call)
+            m = _msg(buf, False, a.src, call)
+            mem, x.addr, x.on_done = _in(m, call)
+            x.sig = _sig(m.datatype)
             x.dynamic = False
             x.mem, x.cap = mem, len(mem)
         _rt.ENGINE.deliver(x, a)

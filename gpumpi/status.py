@@ -82,6 +82,15 @@ class Status:
         if count < 0:
             raise error(ERR_COUNT, f"Status.Set_elements: negative count ({count})")
         size = _dt_size(datatype, "Status.Set_elements")
+        hook = getattr(datatype, "_elements_bytes", None)
+        if hook is not None:
+            try:
+                self._nbytes = hook(count) if size else 0
+            except ValueError:
+                raise error(ERR_ARG, f"Status.Set_elements: datatype has no elements ({datatype!r}, count {count})") from None
+            if not size and count:
+                raise error(ERR_ARG, f"Status.Set_elements: datatype has no elements ({datatype!r}, count {count})")
+            return
         sizes = _basic_sizes(datatype, "Status.Set_elements") if size else ()
         if not sizes:
             if count:
@@ -140,6 +149,9 @@ def _elements(dt, nbytes: int, call: str) -> int:
     size = dt.size
     if size == 0:
         return 0 if nbytes == 0 else UNDEFINED
+    hook = getattr(dt, "_elements_in", None)
+    if hook is not None:
+        return hook(nbytes)
     sizes = _basic_sizes(dt, call)
     q, r = divmod(nbytes, size)
     n = q * len(sizes)

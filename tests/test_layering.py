@@ -22,7 +22,7 @@ LAYERS = {
     3: ["kernels"],
     4: ["ipc"],
     5: ["_progress", "_runtime", "request", "comm", "MPI", "op", "win", "collectives._execute"],
-    6: ["launch", "testing", "bench", "cli", "__main__", "__init__", "ga"],
+    6: ["launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util"],
 }
 
 #: modules L1 may not import (pure core: no clock, no environment, no processes, no arrays)

@@ -405,6 +405,12 @@ class Datatype:
 
         return flatten.elements_in(self, nbytes)
 
+    def _elements_bytes(self, count: int) -> int:
+        """Packed bytes of the first ``count`` basic elements (MPI_Status_set_elements; used by Status)."""
+        from . import flatten
+
+        return flatten.elements_bytes(self, count)
+
     # -- constructors --------------------------------------------------------------------
 
     def Dup(self) -> "Datatype":

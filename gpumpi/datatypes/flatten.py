@@ -627,6 +627,53 @@ def _sig(dt) -> list:
     return _repeat(signature(dt._base), dt._nelem)
 
 
+def _code_of(typestr: str) -> int:
+    """A 16-bit code (1..65521) of a basic representation, the same in every process."""
+    h = 0
+    for ch in typestr:
+        h = (h * 131 + ord(ch)) % 65521
+    return h + 1
+
+
+_SIG_NAMES: dict = {}
+
+
+def sigcode(datatype) -> int:
+    """Code of the one basic representation (``typestr``) every entry of the type has; 0 for
+    none, for mixed types and for 1-byte types (bytes match anything).
+
+    Point-to-point sends carry it so a receive of a different representation (``f8`` sent,
+    ``i4`` received) fails with ``ERR_TYPE`` instead of reinterpreting bytes.  Types of the
+    same representation (``INT`` and ``INT32_T``, a vector of ``DOUBLE`` and ``DOUBLE``)
+    match, as their signatures do on every platform gpumpi runs on.
+    """
+    c = _cache(datatype)
+    code = c.get("sigcode")
+    if code is None:
+        sig = signature(datatype)
+        code = 0
+        if sig and all(b._str == sig[0][0]._str for b, _ in sig):
+            b = sig[0][0]
+            if b._size > 1 and b._str:
+                code = _code_of(b._str)
+                _SIG_NAMES[code] = b._str
+        c["sigcode"] = code
+    return code
+
+
+def sig_name(code: int) -> str:
+    """The ``typestr`` behind a signature code (as seen by this process)."""
+    if not _SIG_NAMES:
+        from .predefined import PREDEFINED_NAMES, lookup_name
+
+        for name in PREDEFINED_NAMES:
+            try:
+                sigcode(lookup_name(name))
+            except Exception:  # names without a type on this platform
+                pass
+    return _SIG_NAMES.get(code, f"code {code}")
+
+
 def elements_in(datatype, nbytes: int) -> int:
     """Basic elements in ``nbytes`` packed bytes of ``datatype`` (MPI_Get_elements).
 
@@ -653,6 +700,29 @@ def elements_in(datatype, nbytes: int) -> int:
         if k < n:
             break
     return count if rem == 0 else UNDEFINED
+
+
+def elements_bytes(datatype, count: int) -> int:
+    """Packed bytes of the first ``count`` basic elements of a stream of ``datatype``
+    (MPI_Status_set_elements); ``ValueError`` when the type has no elements and ``count > 0``."""
+    if count == 0:
+        return 0
+    sig = signature(datatype)
+    c = _cache(datatype)
+    per = c.get("nsig")
+    if per is None:
+        per = c["nsig"] = sum(n for _, n in sig)
+    if not per:
+        raise ValueError(f"elements_bytes: datatype has no elements (count {count})")
+    full, rem = divmod(count, per)
+    nbytes = full * datatype._size
+    for b, n in sig:
+        if not rem:
+            break
+        k = min(n, rem)
+        nbytes += k * b._size
+        rem -= k
+    return nbytes
 
 
 # -- the naive reference walk (tests only) ------------------------------------------------------

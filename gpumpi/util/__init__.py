@@ -1,0 +1,1 @@
+"""Utilities mirroring ``mpi4py.util`` (L6)."""
