@@ -75,18 +75,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a benchmark suite",
         description=(
             "OSU-style benchmarks. Suite p2p: one-way latency (ping-pong), bandwidth (window of "
-            "Isend + ack) and bidirectional bandwidth between ranks 0 and 1, checked for wrong values. "
-            "GB = 1e9 B."
+            "Isend + ack) and bidirectional bandwidth between ranks 0 and 1. Suite pack (TEMPI-style): "
+            "Datatype.Pack/Unpack throughput of 1 MiB in blocks of 1 B ... 1 KiB (vector, indexed, subarray) "
+            "and first-use time on rank 0, plus strided-send on ranks 0 and 1 (2 ranks). "
+            "Results are checked for wrong values. GB = 1e9 B."
         ),
     )
     b.add_argument("suite", nargs="?", default="p2p", help=f"suite to run (default p2p; known: {', '.join(bench.SUITES)})")
-    b.add_argument("-n", "--np", type=int, default=2, help="number of ranks to launch (default 2)")
+    b.add_argument("-n", "--np", type=int, default=2, help="number of ranks to launch (default 2; pack needs 1, its strided-send 2)")
     b.add_argument("--impl", choices=IMPLS, default="gpumpi", help="MPI implementation to measure (default gpumpi)")
     b.add_argument("--compare", choices=IMPLS, default=None, help="also run the suite on this implementation and print ratios")
-    b.add_argument("--quick", action="store_true", help="reduced sweep (8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB; few iterations)")
-    b.add_argument("--sizes", default=None, help="MIN:MAX bytes (K/M/G suffixes), or a list such as 8,1K,64K (default 0:16M)")
-    b.add_argument("--iters", type=int, default=None, help="timed iterations per size (default: OSU-style, fewer for large messages)")
-    b.add_argument("--skip", type=int, default=None, help="warm-up iterations per size (default: iters/10)")
+    b.add_argument(
+        "--quick",
+        action="store_true",
+        help="reduced sweep (p2p: 8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB; pack: blocks of 1, 8, 64, 1024 B; few iterations)",
+    )
+    b.add_argument(
+        "--sizes",
+        default=None,
+        help="MIN:MAX bytes (K/M/G suffixes), or a list such as 8,1K,64K (p2p message sizes, default 0:16M; "
+        "pack block sizes, default 1:1K)",
+    )
+    b.add_argument(
+        "--iters",
+        type=int,
+        default=None,
+        help="timed iterations per size (default: OSU-style, fewer for large messages; pack: 25, median reported)",
+    )
+    b.add_argument("--skip", type=int, default=None, help="warm-up iterations per size (default: iters/10; pack: 3)")
     b.add_argument("--window", type=int, default=bench.WINDOW, help=f"messages in flight per bandwidth iteration (default {bench.WINDOW})")
     b.add_argument(
         "--distinct-recv",
@@ -112,11 +128,17 @@ def _validate(args) -> list[int]:
         raise CLIError(f"unknown suite {args.suite!r} (available: {', '.join(bench.SUITES)})")
     try:
         bench.check_buffer_kind(args.buffer)
-        sizes = bench.parse_sizes(args.sizes, quick=args.quick)
+        if args.suite == "pack":
+            sizes = bench.parse_blocks(args.sizes, quick=args.quick)
+        else:
+            sizes = bench.parse_sizes(args.sizes, quick=args.quick)
     except bench.BenchError as e:
         raise CLIError(str(e)) from None
-    if args.np < 2:
-        raise CLIError(f"the {args.suite} suite needs at least 2 ranks (got -n {args.np})")
+    min_ranks = 1 if args.suite == "pack" else 2
+    if args.np < min_ranks:
+        raise CLIError(f"the {args.suite} suite needs at least {min_ranks} rank{'s' if min_ranks > 1 else ''} (got -n {args.np})")
+    if args.suite != "p2p" and (args.distinct_recv or args.window != bench.WINDOW):
+        raise CLIError(f"--window and --distinct-recv apply to the p2p suite only, not {args.suite}")
     if args.iters is not None and args.iters < 1:
         raise CLIError(f"--iters must be >= 1 (got {args.iters})")
     if args.skip is not None and args.skip < 0:
@@ -145,18 +167,23 @@ def _run_inner(args, sizes: list[int]) -> int:
     comm = MPI.COMM_WORLD
     rank, nranks = comm.Get_rank(), comm.Get_size()
     progress = bench.stderr_progress(args.impl) if rank == 0 and not args.quiet else None
-    rows = bench.run_p2p(
-        MPI,
-        sizes,
-        iters=args.iters,
-        skip=args.skip,
-        window=args.window,
-        quick=args.quick,
-        buffer=args.buffer,
-        distinct_recv=args.distinct_recv,
-        comm=comm,
-        progress=progress,
-    )
+    if args.suite == "pack":
+        rows = bench.run_pack(
+            MPI, sizes, iters=args.iters, skip=args.skip, quick=args.quick, buffer=args.buffer, comm=comm, progress=progress
+        )
+    else:
+        rows = bench.run_p2p(
+            MPI,
+            sizes,
+            iters=args.iters,
+            skip=args.skip,
+            window=args.window,
+            quick=args.quick,
+            buffer=args.buffer,
+            distinct_recv=args.distinct_recv,
+            comm=comm,
+            progress=progress,
+        )
     if rank != 0:
         return 0
     meta = bench.metadata(
@@ -263,6 +290,8 @@ def _run_outer(args) -> int:
         document = {**meta, "impl": mine["impl"], "compare": ref["impl"], "runs": docs, "results": merged}
         _save(args, document, merged, {"impl": mine["impl"], "ref_impl": ref["impl"]})
     wrong = any(r.get("wrong") for d in docs for r in d["results"])
+    if len(docs) == 2 and any(m.get("extent_ok") is False for m in merged):
+        wrong = True  # the two implementations disagree on a datatype's extent
     return status or (1 if wrong else 0)
 
 
