@@ -87,13 +87,65 @@ def _sig(dt) -> int:
     return code if code is not None else _sigcode(dt)
 
 
+class _Staging:
+    """Reusable staging arrays for packed messages, in power-of-two size classes.
+
+    A fresh multi-megabyte array costs a page fault per 4 KiB on first touch, more than
+    the pack itself; arrays come back when their operation completes.  At most
+    ``KEEP`` arrays per class and ``CAP`` bytes in all are kept.
+    """
+
+    KEEP, CAP = 4, 256 << 20
+
+    def __init__(self) -> None:
+        self.free: dict = {}
+        self.kept = 0
+
+    def get(self, n: int):
+        k = max(12, (n - 1).bit_length())
+        lst = self.free.get(k)
+        if lst:
+            try:
+                a = lst.pop()
+                self.kept -= a.nbytes
+                return a
+            except IndexError:  # another thread took it
+                pass
+        return _np.empty(1 << k, dtype=_np.uint8)
+
+    def put(self, a) -> None:
+        lst = self.free.setdefault(a.nbytes.bit_length() - 1, [])
+        if len(lst) < self.KEEP and self.kept + a.nbytes <= self.CAP:
+            self.kept += a.nbytes
+            lst.append(a)
+
+
+_staging = _Staging()
+
+
+def _after(x, fn) -> None:
+    """Run ``fn()`` once operation ``x`` has completed (now, if it has)."""
+    if x is None or x is SENT or x.done:
+        fn()
+        return
+    with _rt.ENGINE.lock:
+        if x.done:
+            fn()
+        else:
+            prev = x.on_done
+            x.on_done = (lambda xx: (prev(xx), fn())) if prev is not None else (lambda xx: fn())
+
+
 def _out(m, call: str):
-    """``(bytes, address)`` a send moves: the buffer itself when contiguous, else its packed elements."""
+    """``(bytes, address, release)`` a send moves: the buffer itself when contiguous, else its
+    elements packed into a staging array that ``release()`` returns once the send completed."""
     mem = _host_mem(m, call)
     if m.contiguous:
-        return mem, m.addr + m.lo
-    packed = _plan.pack(mem, m.lo, m.datatype, m.count)
-    return memoryview(packed), packed.ctypes.data
+        return mem, m.addr + m.lo, None
+    n = m.nbytes
+    tmp = _staging.get(n)
+    _plan.pack_into(mem, m.lo, m.datatype, m.count, tmp)
+    return memoryview(tmp)[:n], tmp.ctypes.data, lambda: _staging.put(tmp)
 
 
 def _in(m, call: str):
@@ -103,15 +155,18 @@ def _in(m, call: str):
     mem = _host_mem(m, call)
     if m.contiguous:
         return mem, m.addr + m.lo, None
-    tmp = _np.empty(m.nbytes, dtype=_np.uint8)
+    tmp = _staging.get(m.nbytes)
     dt, count, lo = m.datatype, m.count, m.lo
 
     def post(x):
         n = x.st_nbytes
-        if n and not x.cancelled:
-            _plan.unpack(tmp, mem, lo, dt, count, n)
+        try:
+            if n and not x.cancelled:
+                _plan.unpack(tmp, mem, lo, dt, count, n)
+        finally:
+            _staging.put(tmp)
 
-    return memoryview(tmp), tmp.ctypes.data, post
+    return memoryview(tmp)[:m.nbytes], tmp.ctypes.data, post
 
 
 def _contiguous_only(m, call: str):
@@ -462,11 +517,15 @@ class Comm:
         dest = self._peer(dest, call, "destination")
         tag = self._stag(tag, call)
         m = _msg(buf, True, dest, call)
-        mem, addr = _out(m, call)
+        mem, addr, release = _out(m, call)
         if mode == BUFFERED:
-            return self._bsend(mem, dest, tag, call, _sig(m.datatype))
-        return _rt.ENGINE.isend([mem], len(mem), self._w[dest], self._rank, tag, self._ctx, mode, call,
-                                (addr,), _sig(m.datatype))
+            x = self._bsend(mem, dest, tag, call, _sig(m.datatype))
+        else:
+            x = _rt.ENGINE.isend([mem], len(mem), self._w[dest], self._rank, tag, self._ctx, mode, call,
+                                 (addr,), _sig(m.datatype))
+        if release is not None:
+            _after(x, release)
+        return x
 
     def _bsend(self, mem, dest: int, tag: int, call: str, sig: int = 0):
         holder = self._bpool if self._bpool.get("pool") is not None else _bsend
@@ -626,8 +685,11 @@ class Comm:
         if dest == PROC_NULL:
             return None
         m = _msg(buf, True, dest, call)
-        mem, _ = _out(m, call)
-        return mem if not m.contiguous else bytearray(mem)
+        mem, _, release = _out(m, call)
+        copy = bytearray(mem)
+        if release is not None:
+            release()
+        return copy
 
     def Sendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
@@ -808,10 +870,14 @@ class Comm:
         fixed = _out(m, call) if m.contiguous else None  # non-contiguous data is packed at every Start
 
         def start():
-            mem, addr = fixed or _out(m, call)
+            mem, addr, release = fixed or _out(m, call)
             if mode == BUFFERED:
-                return self._bsend(mem, dest, tag, call, sig)
-            return _rt.ENGINE.isend([mem], len(mem), wdest, me, tag, eng_ctx, mode, call, (addr,), sig)
+                x = self._bsend(mem, dest, tag, call, sig)
+            else:
+                x = _rt.ENGINE.isend([mem], len(mem), wdest, me, tag, eng_ctx, mode, call, (addr,), sig)
+            if release is not None:
+                _after(x, release)
+            return x
 
         return Prequest._persistent(start, self, buf)
 
@@ -1191,8 +1257,10 @@ class Intracomm(Comm):
             root = self._root(root, call)
             m = _msg(buf, self._rank == root, 0, call)
             if self._rank == root:
-                mem, _ = _out(m, call)
+                mem, _, release = _out(m, call)
                 self._tree_bcast(mem, root, self._ctag(), call)
+                if release is not None:
+                    release()
             else:
                 mem, _, post = _in(m, call)
                 self._tree_bcast(mem, root, self._ctag(), call)

@@ -336,3 +336,61 @@ def _other_calls():
 @pytest.mark.parametrize("n", WORLD_SIZES)
 def test_persistent_replace_probe_bcast_with_derived_types(n):
     run_ranks(_other_calls, n, timeout=60)
+
+
+# -- random nested types over the wire ---------------------------------------------------------------
+
+import pathlib  # noqa: E402
+import sys  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "datatypes"))
+import dtgen  # noqa: E402
+
+
+def _random_types(specs):
+    """Rank 0 sends each type from a random buffer; rank 1 receives it as bytes and with the
+    same type into a guarded buffer.  Reference: the naive type-map walk."""
+    from gpumpi import MPI
+    from gpumpi import datatypes as D
+    from gpumpi.datatypes import flatten
+
+    c = MPI.COMM_WORLD
+    for i, (spec, count) in enumerate(specs):
+        t = dtgen.build(spec, D).Commit()
+        tm = flatten.typemap_bytes(t, count)
+        if len(set(tm)) != len(tm):
+            continue  # overlapping entries: receiving into them is erroneous
+        lo = min(tm, default=0)
+        base = 16 - min(lo, 0)
+        n = base + max(max(tm, default=0) + 1, count * max(t.extent, 0)) + 16
+        src = np.random.default_rng(i).integers(0, 256, n, dtype=np.uint8)
+        packed = src[[base + o for o in tm]] if tm else np.zeros(0, np.uint8)
+        # type offset o lives at buf[base + o]: BOTTOM and a type moved to the absolute
+        # address of buf[base] say exactly that (negative offsets included)
+        if c.rank == 0:
+            for _ in range(2):
+                c.Send([MPI.BOTTOM, count, t.Create_hindexed([1], [src.ctypes.data + base]).Commit()]
+                       if t.size else [src[base:], count, t], 1, i)
+        elif c.rank == 1:
+            got = np.zeros(len(tm), np.uint8)
+            st_ = MPI.Status()
+            c.Recv(got, 0, i, st_)
+            assert got.tobytes() == packed.tobytes(), spec
+            assert st_.Get_count(t) == (count if t.size else 0)
+            dst = np.full(n, 0xA5, np.uint8)
+            if t.size:
+                c.Recv([MPI.BOTTOM, count, t.Create_hindexed([1], [dst.ctypes.data + base]).Commit()], 0, i)
+            else:
+                c.Recv([dst[base:], count, t], 0, i)
+            want = np.full(n, 0xA5, np.uint8)
+            want[[base + o for o in tm]] = packed
+            assert dst.tobytes() == want.tobytes(), spec
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(dtgen.specs(depth=3), st.integers(1, 3)), min_size=4, max_size=8))
+def test_random_nested_types_over_the_wire(specs):
+    run_ranks(_random_types, 2, timeout=60, args=(specs,))
