@@ -41,6 +41,7 @@ MPICH has but mpi4py exposes as null.
 
 from __future__ import annotations
 
+import itertools
 import operator
 
 from ..constants import (
@@ -97,6 +98,11 @@ def _ints(ob, what: str, call: str) -> list:
         n = len(ob)
     except TypeError:
         raise TypeError(f"{call}: {what} must be a sequence of integers (got {type(ob).__name__})") from None
+    if type(ob) in (list, tuple, range) or (hasattr(ob, "dtype") and hasattr(ob, "tolist")):
+        try:  # one C-level pass for the common cases (a million blocks in milliseconds)
+            return list(map(operator.index, ob.tolist() if hasattr(ob, "tolist") else ob))
+        except TypeError:
+            pass  # the slow path names the bad item
     return [_int(ob[i], what, call) for i in range(n)]
 
 
@@ -154,13 +160,20 @@ def _hvector_yid(count: int, bl: int, old: Datatype):
 def _hblock_yid(bl: int, disps: list, old: Datatype):
     if disps and disps[0] == 0:
         step = disps[1] - disps[0] if len(disps) > 1 else 0
-        if all(disps[i] - disps[i - 1] == step for i in range(2, len(disps))):
+        if _progression(disps, step):
             return _hvector_yid(len(disps), bl, old)
     return object()
 
 
+def _progression(values: list, step: int) -> bool:
+    """Whether ``values`` is ``values[0] + i * step`` (compared at C speed)."""
+    if step:
+        return values == list(range(values[0], values[0] + len(values) * step, step))
+    return values.count(values[0]) == len(values)
+
+
 def _hindexed_yid(bls: list, disps: list, old: Datatype):
-    if bls and all(b == bls[0] for b in bls):
+    if bls and bls.count(bls[0]) == len(bls):
         return _hblock_yid(bls[0], disps, old)
     return object()
 
@@ -264,32 +277,37 @@ def indexed(old: Datatype, blocklengths, displacements, bytes_disp: bool) -> Dat
     bls = _ints(blocklengths, "blocklengths", call)
     disps = _ints_n(displacements, len(bls), "displacements", call)
     old._check(call.split(".")[1])
-    for b in bls:
-        _nonneg(b, "blocklength", call)
+    if bls and min(bls) < 0:
+        _nonneg(min(bls), "blocklength", call)
     comb = COMBINER_HINDEXED if bytes_disp else COMBINER_INDEXED
     kw = {"blocklengths": bls, "displacements": disps}
     nelem = sum(bls)
     if nelem == 0 or old._size == 0:
         return _zerolen(comb, kw, _snapshot(old))
     unit = 1 if bytes_disp else old._extent
-    byte_disps = [d * unit for d in disps]
+    byte_disps = disps if unit == 1 else list(map(operator.mul, disps, itertools.repeat(unit)))
     lb, ub = _blocks_bounds(bls, byte_disps, old)
     return _single(comb, kw, old, nelem, lb, ub, _hindexed_yid(bls, byte_disps, old))
 
 
 def _blocks_bounds(bls, byte_disps, old: Datatype) -> tuple[int, int]:
+    """Bounds of the non-empty blocks ``bls[i]`` at ``byte_disps[i]`` (``_block_bounds`` of each),
+    in C-level passes: the block with the lowest/highest reach is ``disp + (bl - 1) * ext``
+    extreme on the side the extent points to."""
     olb, oext = old._lb, old._extent
     oub = olb + oext
-    lo = hi = None
-    for b, d in zip(bls, byte_disps):
-        if b == 0:
-            continue
-        blo, bhi = _block_bounds(b, d, olb, oub, oext)
-        if lo is None:
-            lo, hi = blo, bhi
-        else:
-            lo, hi = min(lo, blo), max(hi, bhi)
-    return lo, hi
+    if bls.count(bls[0]) == len(bls):  # equal blocks: the extreme displacements decide
+        lo, hi = _block_bounds(bls[0], min(byte_disps), olb, oub, oext)
+        lo2, hi2 = _block_bounds(bls[0], max(byte_disps), olb, oub, oext)
+        return min(lo, lo2), max(hi, hi2)
+    if 0 in bls:
+        keep = [b != 0 for b in bls]
+        bls = list(itertools.compress(bls, keep))
+        byte_disps = list(itertools.compress(byte_disps, keep))
+    reach = list(map(operator.add, byte_disps, map(operator.mul, bls, itertools.repeat(oext))))  # d + bl*ext
+    if oext >= 0:
+        return olb + min(byte_disps), oub - oext + max(reach)
+    return olb - oext + min(reach), oub + max(byte_disps)
 
 
 def indexed_block(old: Datatype, blocklength, displacements, bytes_disp: bool) -> Datatype:
@@ -304,13 +322,11 @@ def indexed_block(old: Datatype, blocklength, displacements, bytes_disp: bool) -
     if not disps or old._size == 0:
         return _zerolen(comb, kw, _snapshot(old))
     unit = 1 if bytes_disp else old._extent
-    byte_disps = [d * unit for d in disps]
+    byte_disps = disps if unit == 1 else list(map(operator.mul, disps, itertools.repeat(unit)))
     olb, oext = old._lb, old._extent
-    lo = hi = None
-    for d in byte_disps:
-        blo, bhi = _block_bounds(blocklength, d, olb, olb + oext, oext)
-        lo = blo if lo is None else min(lo, blo)
-        hi = bhi if hi is None else max(hi, bhi)
+    lo, hi = _block_bounds(blocklength, min(byte_disps), olb, olb + oext, oext)
+    lo2, hi2 = _block_bounds(blocklength, max(byte_disps), olb, olb + oext, oext)
+    lo, hi = min(lo, lo2), max(hi, hi2)
     return _single(comb, kw, old, len(disps) * blocklength, lo, hi, _hblock_yid(blocklength, byte_disps, old))
 
 

@@ -302,6 +302,23 @@ def tree(datatype):
     return t
 
 
+def _regular(block, disps: list, unit: int):
+    """Equal blocks at evenly spaced displacements: the repetition ``seq`` would reach one
+    block at a time, found with one C-level comparison; None when the spacing varies."""
+    if block is None or not disps or block[1][0] == "S":
+        return None  # seq splices the children of a sequence one by one: keep its merges
+    if len(disps) == 1:
+        return shift(block, disps[0] * unit)
+    step = disps[1] - disps[0]
+    if step:
+        even = disps == list(range(disps[0], disps[0] + len(disps) * step, step))
+    else:
+        even = disps.count(disps[0]) == len(disps)
+    if not even:
+        return None
+    return shift(rep(len(disps), step * unit, block), disps[0] * unit)
+
+
 def _build(dt):
     comb = dt._combiner
     if not dt._size:
@@ -326,10 +343,18 @@ def _build(dt):
         return rep(kw["count"], kw["stride"], rep(kw["blocklength"], ext, x))
     if comb in (COMBINER_INDEXED, COMBINER_HINDEXED):
         unit = ext if comb == COMBINER_INDEXED else 1
-        return seq(shift(rep(bl, ext, x), d * unit) for bl, d in zip(kw["blocklengths"], kw["displacements"]))
+        bls, disps = kw["blocklengths"], kw["displacements"]
+        if bls and bls.count(bls[0]) == len(bls):
+            fast = _regular(rep(bls[0], ext, x), disps, unit)
+            if fast is not None:
+                return fast
+        return seq(shift(rep(bl, ext, x), d * unit) for bl, d in zip(bls, disps))
     if comb in (COMBINER_INDEXED_BLOCK, COMBINER_HINDEXED_BLOCK):
         unit = ext if comb == COMBINER_INDEXED_BLOCK else 1
         block = rep(kw["blocklength"], ext, x)
+        fast = _regular(block, kw["displacements"], unit)
+        if fast is not None:
+            return fast
         return seq(shift(block, d * unit) for d in kw["displacements"])
     if comb == COMBINER_SUBARRAY:
         start, dims = subarray_dims(kw["sizes"], kw["subsizes"], kw["starts"], kw["order"])

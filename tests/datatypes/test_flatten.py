@@ -192,3 +192,18 @@ def test_typemap_walk_details():
 ])
 def test_classify_runs(offs, lens, want):
     assert flatten.classify_runs(offs, lens) == want
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(dtgen.specs(depth=2), st.integers(1, 3), st.integers(-3, 3), st.integers(-40, 40), st.integers(1, 6),
+       st.booleans())
+def test_evenly_spaced_blocks_take_the_shortcut_to_the_same_tree(old_spec, bl, start, step, n, in_bytes):
+    """``_regular`` (one comparison) builds the tree ``seq`` reaches block by block."""
+    old = dtgen.build(old_spec, D)
+    disps = [start + i * step for i in range(n)]
+    t = (old.Create_hindexed_block(bl, disps) if in_bytes else old.Create_indexed_block(bl, disps))
+    unit = 1 if in_bytes else old.extent
+    block = flatten.rep(bl, old.extent, flatten.tree(old))
+    assert flatten.tree(t) == flatten.seq(flatten.shift(block, d * unit) for d in disps)
+    t2 = (old.Create_hindexed([bl] * n, disps) if in_bytes else old.Create_indexed([bl] * n, disps))
+    assert flatten.tree(t2) == flatten.tree(t)
