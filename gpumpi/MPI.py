@@ -70,6 +70,14 @@ def _setup_worlds(engine) -> None:
 _rt.on_init(_setup_worlds)
 
 
+def _load_pack_kernels() -> None:
+    from .kernels import pack  # noqa: F401  (installs its host kernels into datatypes.plan)
+
+
+# the first non-contiguous pack/unpack loads the kernels (numba), never `import gpumpi.MPI`
+_plan.set_kernel_loader(_load_pack_kernels)
+
+
 # --- environment ----------------------------------------------------------------------------------
 def Init() -> None:
     """Initialise (MPI_Init).  Importing gpumpi.MPI already did; calling again is harmless."""

@@ -63,6 +63,41 @@ _WORDS = {8: np.dtype(np.uint64), 4: np.dtype(np.uint32), 2: np.dtype(np.uint16)
 _U8 = np.dtype(np.uint8)
 
 
+# -- compiled kernels: installed by gpumpi.kernels.pack (L3); this layer never imports them --------
+
+#: ``(use, pack, unpack)`` from :func:`install_kernels`, or None (NumPy only)
+_KERNELS = None
+#: zero-argument callable that imports the kernels (set by an upper layer); called once, on the
+#: first non-contiguous pack or unpack, so that nothing loads numba before it is needed
+_KERNEL_LOADER = None
+
+
+def install_kernels(pack_fn, unpack_fn, use) -> None:
+    """Route non-contiguous plans to compiled kernels of a higher layer, after the checks:
+    a pack to ``pack_fn(plan, mem, lo, out)`` when ``use(plan, None)``, an unpack of ``n``
+    bytes to ``unpack_fn(plan, packed, mem, lo, n)`` when ``use(plan, n)``; ``use=None``
+    goes back to NumPy only."""
+    global _KERNELS
+    _KERNELS = None if use is None else (use, pack_fn, unpack_fn)
+
+
+def set_kernel_loader(loader) -> None:
+    """Have the first non-contiguous pack or unpack call ``loader()`` (which installs kernels)."""
+    global _KERNEL_LOADER
+    _KERNEL_LOADER = loader
+
+
+def _load_kernels():
+    global _KERNEL_LOADER
+    loader, _KERNEL_LOADER = _KERNEL_LOADER, None
+    if loader is not None:
+        try:
+            loader()
+        except ImportError:  # no numba: stay on NumPy
+            pass
+    return _KERNELS
+
+
 def _word(g: int) -> int:
     """Widest word size (8, 4, 2, 1) dividing ``g`` (0 divides by anything)."""
     for w in (8, 4, 2):
@@ -218,6 +253,10 @@ class Plan:
         kind = self.kind
         if kind == "contig":
             out[:n] = mem[base:base + n]
+            return
+        k = _KERNELS if _KERNEL_LOADER is None else _load_kernels()
+        if k is not None and k[0](self, None):
+            k[1](self, mem, lo, out)
         elif kind == "strided":
             src = self._view(mem, lo)
             dt = src.dtype
@@ -245,6 +284,10 @@ class Plan:
         kind = self.kind
         if kind == "contig":
             mem[base:base + n] = packed[:n] if len(packed) != n else packed
+            return
+        k = _KERNELS if _KERNEL_LOADER is None else _load_kernels()
+        if k is not None and k[0](self, n):
+            k[2](self, packed, mem, lo, n)
             return
         if n < self.nbytes:
             dst = np.frombuffer(mem, dtype=_U8, count=self.hi - self.lo, offset=base)
