@@ -131,11 +131,19 @@ def finalize(timeout: float = 30.0) -> None:
 
 
 def reset_after_fork() -> None:
-    """Forget state inherited from a parent process (a forked test rank re-initialises)."""
+    """Forget state inherited from a parent process (a forked rank re-initialises).
+
+    When the parent had initialised (``from gpumpi import MPI`` in a test module makes it a
+    world of one), the child initialises again at once, as a rank of its job, so that
+    ``COMM_WORLD`` and every handle imported before the fork describe the new world.
+    """
     global ENGINE, SEG
+    was = _state["initialized"]
     ENGINE = None
     SEG = None
     _state.update(initialized=False, finalized=False, main=None)
+    if was:
+        init()
 
 
 def abort(code: int = 1, message: str | None = None) -> None:

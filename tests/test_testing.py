@@ -380,3 +380,19 @@ run_ranks(body, 3, timeout=120)
     finally:
         proc.kill()
         proc.wait()
+
+
+def _world_size():
+    from gpumpi import MPI
+
+    return MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank()
+
+
+def test_ranks_get_their_own_world_after_the_parent_initialised():
+    """A test module that does ``from gpumpi import MPI`` makes the pytest process a world of
+    one; forked ranks must still see the job's world."""
+    from gpumpi import MPI
+
+    assert MPI.Is_initialized() and MPI.COMM_WORLD.Get_size() == 1
+    assert run_ranks(_world_size, 3) == [(3, 0), (3, 1), (3, 2)]
+    assert MPI.COMM_WORLD.Get_size() == 1  # the parent's world is untouched
