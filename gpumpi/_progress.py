@@ -29,6 +29,7 @@ import os
 import struct
 import threading
 import time
+from collections import OrderedDict
 
 from . import _protocol as P
 from ._matching import Matcher
@@ -72,7 +73,7 @@ class Xfer:
         "kind", "state", "done", "peer", "src", "tag", "ctx", "msgid", "mode",
         "mem", "addr", "cap", "bufs", "nbytes", "got",
         "st_source", "st_tag", "st_nbytes", "err", "errmsg", "cancelled",
-        "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs", "sig",
+        "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs", "sig", "dev", "ipc",
     )
 
     def __init__(self, kind: int) -> None:
@@ -93,6 +94,8 @@ class Xfer:
         self.push_iter = None
         self.push_next = None
         self.sig = 0
+        self.dev = None  # receive: device destination address; IPC send: (adapter, source address)
+        self.ipc = False  # receive: the data arrived device to device
 
 
 class Arrival:
@@ -124,6 +127,16 @@ def skip_segments(segs, skip: int) -> list:
         out.append((a + skip, n - skip))
         skip = 0
     return out
+
+
+_IPC_CACHE = 64  # opened IPC handles (and events) kept per process; the oldest is closed beyond
+
+
+def _current_event(ad):
+    """An event recorded on the adapter's current stream now (orders a copy after the user's work)."""
+    e = ad.event_create(False)
+    ad.event_record(e, ad.current_stream())
+    return e
 
 
 def decode_segments(mv) -> list:
@@ -159,6 +172,9 @@ class Engine:
         self.launcher_pid = cfg.launcher_pid
         self._pids: dict = {}
         self.closed = False
+        self.ipc_mem: OrderedDict = OrderedDict()  # (peer, handle) -> (adapter, base): opened once
+        self.ipc_ev: OrderedDict = OrderedDict()  # event handle -> (adapter, event)
+        self.ipc_streams: dict = {}  # adapter name -> gpumpi's copy stream
 
     # --- helpers --------------------------------------------------------------------------
     def pid_of(self, peer: int) -> int:
@@ -244,8 +260,86 @@ class Engine:
             self.progress()
         return x
 
+    def isend_ipc(self, ad, body: bytes, src_addr: int, nbytes: int, wpeer: int, src: int, tag: int, ctx: int,
+                  mode: int, call: str, sig: int = 0) -> Xfer:
+        """Post a rendezvous send of device memory by IPC handle (``body``: ``P.IPC_BODY``).
+
+        The receiver copies device to device and ACKs; a receiver that cannot open the
+        handle answers CTS, and the data is then staged through host memory and pushed.
+        """
+        with self.lock:
+            x = Xfer(SEND)
+            x.peer = wpeer
+            if wpeer in self.failed:
+                self._fail(x, ERR_PROC_FAILED, f"{call}: peer process failed (rank {wpeer})")
+                return x
+            x.msgid = m = self._new_msgid()
+            x.state = P.WAIT_ACK
+            self.sends[m] = x
+            x.tag, x.ctx, x.mode, x.nbytes, x.call = tag, ctx, mode, nbytes, call
+            x.bufs = None
+            x.dev = (ad, src_addr)
+            wire = nbytes | (sig << P.SIG_SHIFT) if sig else nbytes
+            self.tr.send(wpeer, P.RTS, P.FLAG_IPC, src, ctx, tag, wire, m, body)
+            self.progress()
+        return x
+
+    def _stage_out(self, x: Xfer) -> None:
+        """An IPC send the receiver could not open: copy the device data to host memory to push."""
+        ad, addr = x.dev
+        tmp = bytearray(x.nbytes)
+        if x.nbytes:
+            s = self._ipc_stream(ad)
+            ad.stream_wait_event(s, _current_event(ad))
+            ad.memcpy(address_of(tmp), addr, x.nbytes, s)
+            ad.stream_synchronize(s)
+        x.bufs = [memoryview(tmp)]
+
+    def _ipc_stream(self, ad):
+        st = self.ipc_streams.get(ad.name)
+        if st is None:
+            st = self.ipc_streams[ad.name] = ad.stream_create()
+        return st
+
+    def _ipc_copy(self, x: Xfer, peer: int, body, take: int) -> bool:
+        """Copy a device message straight from the sender's allocation; False if it cannot be opened."""
+        from . import _cuda
+
+        akind, handle, offset, evh = P.IPC_BODY.unpack(body)
+        ad = _cuda.sim_adapter() if akind == P.IPC_SIM else _cuda.adapter()
+        key = (peer, handle)
+        try:
+            hit = self.ipc_mem.get(key)
+            if hit is None:
+                hit = self.ipc_mem[key] = (ad, ad.ipc_open(handle))
+                if len(self.ipc_mem) > _IPC_CACHE:
+                    (_, (old_ad, old_base)) = self.ipc_mem.popitem(last=False)
+                    old_ad.ipc_close(old_base)
+            else:
+                self.ipc_mem.move_to_end(key)
+            ev = None
+            if evh.strip(b"\0"):
+                hev = self.ipc_ev.get(evh)
+                if hev is None:
+                    hev = self.ipc_ev[evh] = (ad, ad.ipc_event_open(evh))
+                    if len(self.ipc_ev) > _IPC_CACHE:
+                        (_, (old_ad, old_ev)) = self.ipc_ev.popitem(last=False)
+                        old_ad.event_destroy(old_ev)
+                ev = hev[1]
+        except (_cuda.StaleHandle, _cuda.IpcUnsupported, _cuda.CudaError, OSError):
+            return False
+        if take:
+            dst = x.dev if x.dev is not None else (x.addr if x.addr is not None else address_of(x.mem))
+            s = self._ipc_stream(ad)
+            if ev is not None:
+                ad.stream_wait_event(s, ev)
+            ad.memcpy(dst, hit[1] + offset, take, s)
+            ad.stream_synchronize(s)
+        x.ipc = True
+        return True
+
     def irecv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None,
-              sig: int = 0, post=None) -> Xfer:
+              sig: int = 0, post=None, dev=None) -> Xfer:
         """Post a receive into ``mem`` (``cap`` bytes at ``addr`` if known); ``mem=None`` allocates on match.
 
         ``sig`` is the receive datatype's signature code (0: accept any); ``post(x)`` runs
@@ -254,6 +348,7 @@ class Engine:
         x = Xfer(RECV)
         x.sig = sig
         x.on_done = post
+        x.dev = dev
         x.mem = mem
         x.addr = addr
         x.cap = cap
@@ -313,7 +408,13 @@ class Engine:
             self._finish(x)
             return
         # rendezvous
-        if self.cma and flags & P.FLAG_CMA:
+        if flags & P.FLAG_IPC:
+            if self._ipc_copy(x, peer, segs, take):
+                self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
+                x.state = P.step(P.RECV, x.state, "rts_read")
+                self._finish(x)
+                return
+        elif self.cma and flags & P.FLAG_CMA:
             addr = x.addr
             if addr is None and take:
                 addr = x.addr = address_of(x.mem)
@@ -351,7 +452,7 @@ class Engine:
             sig = nbytes >> P.SIG_SHIFT
             if sig:
                 nbytes &= P.NBYTES_MASK
-            segs = decode_segments(payload) if kind == P.RTS else None
+            segs = (bytes(payload) if flags & P.FLAG_IPC else decode_segments(payload)) if kind == P.RTS else None
             x = self.matcher.match_posted(ctx, src, tag)
             if x is not None:
                 self._match(x, peer, src, ctx, tag, kind, flags, nbytes, msgid, payload, segs, sig)
@@ -404,6 +505,8 @@ class Engine:
             x.state = P.step(P.SEND, x.state, "cts")
             if x.state == P.PUSHING:
                 del self.sends[msgid]
+                if x.bufs is None:
+                    self._stage_out(x)
                 self._start_push(x)
         elif kind == P.CANCEL:
             arr = self.cancellable.pop((peer, msgid), None)
@@ -423,6 +526,8 @@ class Engine:
                     self._finish(x)
                 elif x.state == P.PUSHING:
                     del self.sends[msgid]
+                    if x.bufs is None:
+                        self._stage_out(x)
                     self._start_push(x)
 
     def _start_push(self, x: Xfer) -> None:
@@ -581,6 +686,13 @@ class Engine:
 
     def close(self) -> None:
         self.closed = True
+        for ad, base in self.ipc_mem.values():
+            try:
+                ad.ipc_close(base)
+            except Exception:  # the adapter may be gone at exit  # noqa: BLE001
+                pass
+        self.ipc_mem.clear()
+        self.ipc_ev.clear()
         self.tr.close()
 
 

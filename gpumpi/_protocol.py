@@ -67,6 +67,7 @@ FLAG_CMA = 2  # RTS: receiver may read the sender's memory directly
 FLAG_CANCELLED = 4  # CREPLY: the message was withdrawn
 FLAG_LAST = 8  # DATA: final chunk
 FLAG_FAILED = 16  # WDONE: the sender could not write the tail
+FLAG_IPC = 32  # RTS: the payload is a device IPC handle (IPC_BODY), not host segments
 #: WRT payload: receiver address for the tail, the tail's byte offset in the message.
 WRT_BODY = struct.Struct("<QQ")
 
@@ -77,6 +78,10 @@ HLEN = HEADER.size  # 32
 #: in the top 16 bits of ``nbytes``; messages stay below 2**48 bytes.
 SIG_SHIFT = 48
 NBYTES_MASK = (1 << SIG_SHIFT) - 1
+#: RTS payload of a device message (FLAG_IPC): adapter (1 sim, 2 cuda), the allocation's IPC
+#: handle, the message's offset in it, the interprocess event recorded after its producer.
+IPC_BODY = struct.Struct("<B64sQ64s")
+IPC_SIM, IPC_CUDA = 1, 2
 #: RTS payload: the sender's buffer address.
 RTS_BODY = struct.Struct("<Q")
 

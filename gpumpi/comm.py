@@ -22,7 +22,11 @@ import struct
 
 from . import _pickle
 from . import _protocol as P
+from . import _protocol as _P
 from . import _runtime as _rt
+from ._arrays import DEVICE as _DEVICE
+from ._arrays import HOST as _HOST
+from ._arrays import SIM as _SIM
 from ._buffers import message_simple
 import numpy as _np
 from numpy import ndarray as _ndarray
@@ -77,8 +81,53 @@ def _msg(spec, readonly: bool, rank: int, call: str):
 def _host_mem(m, call: str):
     mem = m.mem
     if mem is None:
-        raise NotImplementedError(f"{call}: device memory without a host mapping is not supported yet ({m.kind})")
+        raise NotImplementedError(f"{call}: device memory without a host mapping is not supported here ({m.kind})")
     return mem
+
+
+def _device(m) -> bool:
+    return m.kind == _SIM or m.kind == _DEVICE
+
+
+def _adapter_of(m):
+    """The device adapter of a message's memory (``sim`` memory: the simulated device)."""
+    from . import _cuda
+
+    return _cuda.sim_adapter() if m.kind == _SIM else _cuda.adapter()
+
+
+_ipc_events: dict = {}  # adapter name -> the interprocess event re-recorded before every IPC send
+
+
+def _ipc_send(eng, m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str):
+    """Post a large contiguous device send by IPC handle; None when the memory cannot be exported
+    (pool or managed memory, another process's mapping): the caller stages it instead."""
+    from . import _cuda
+
+    ad = _adapter_of(m)
+    addr = m.addr + m.lo
+    try:
+        handle, offset = ad.ipc_export(addr)
+    except _cuda.IpcUnsupported:
+        return None
+    ev = _ipc_events.get(ad.name)
+    if ev is None:
+        ev = _ipc_events[ad.name] = ad.event_create(True)
+    ad.event_record(ev, ad.current_stream())  # the receiver's copy waits for the user's work
+    body = _P.IPC_BODY.pack(_P.IPC_SIM if m.kind == _SIM else _P.IPC_CUDA, handle, offset, ad.ipc_event_export(ev))
+    return eng.isend_ipc(ad, body, addr, m.nbytes, wpeer, me, tag, ctx, mode, call, _sig(m.datatype))
+
+
+def _staged_span(m):
+    """Copy the message's bytes from device memory into a host staging array (ordered after the
+    work already queued on the current stream); ``(array, memoryview of the span)``."""
+    ad = _adapter_of(m)
+    tmp = _staging.get(m.span)
+    if m.span:
+        s = ad.current_stream()
+        ad.memcpy(tmp.ctypes.data, m.addr + m.lo, m.span, s)
+        ad.stream_synchronize(s)
+    return tmp, memoryview(tmp)[:m.span]
 
 
 def _sig(dt) -> int:
@@ -139,6 +188,15 @@ def _after(x, fn) -> None:
 def _out(m, call: str):
     """``(bytes, address, release)`` a send moves: the buffer itself when contiguous, else its
     elements packed into a staging array that ``release()`` returns once the send completed."""
+    if _device(m):  # device memory leaves through a host staging copy (large sends: _ipc_send)
+        staged, mem = _staged_span(m)
+        if m.contiguous:
+            return mem, staged.ctypes.data, lambda: _staging.put(staged)
+        n = m.nbytes
+        tmp = _staging.get(n)
+        _plan.pack_into(mem, m.lo, m.datatype, m.count, tmp)
+        _staging.put(staged)
+        return memoryview(tmp)[:n], tmp.ctypes.data, lambda: _staging.put(tmp)
     mem = _host_mem(m, call)
     if m.contiguous:
         return mem, m.addr + m.lo, None
@@ -149,12 +207,16 @@ def _out(m, call: str):
 
 
 def _in(m, call: str):
-    """``(memory, address, post)`` a receive lands in: the buffer itself when contiguous, else a
-    packed staging array that ``post(x)`` unpacks into the buffer when the receive completes
-    (exactly the bytes that arrived: a short message fills only its leading elements)."""
+    """``(memory, address, post, device)`` a receive lands in: the buffer itself when contiguous,
+    else a packed staging array that ``post(x)`` unpacks into the buffer when the receive
+    completes (exactly the bytes that arrived: a short message fills only its leading
+    elements).  Device buffers: a host staging array copied to the device by ``post``, unless
+    the message came device to device (to ``device``, the destination address)."""
+    if _device(m):
+        return _in_device(m)
     mem = _host_mem(m, call)
     if m.contiguous:
-        return mem, m.addr + m.lo, None
+        return mem, m.addr + m.lo, None, None
     tmp = _staging.get(m.nbytes)
     dt, count, lo = m.datatype, m.count, m.lo
 
@@ -166,7 +228,34 @@ def _in(m, call: str):
         finally:
             _staging.put(tmp)
 
-    return memoryview(tmp)[:m.nbytes], tmp.ctypes.data, post
+    return memoryview(tmp)[:m.nbytes], tmp.ctypes.data, post, None
+
+
+def _in_device(m):
+    ad = _adapter_of(m)
+    dst = m.addr + m.lo
+    tmp = _staging.get(m.nbytes)
+    dt, count, lo, contiguous = m.datatype, m.count, m.lo, m.contiguous
+
+    def post(x):
+        n = x.st_nbytes
+        try:
+            if not n or x.cancelled or (x.ipc and contiguous):  # IPC wrote the device buffer itself
+                return
+            s = ad.current_stream()
+            if contiguous:
+                ad.memcpy(dst, tmp.ctypes.data, n, s)
+            else:  # read, modify, write back the span: bytes between the elements keep their values
+                staged, span = _staged_span(m)
+                _plan.unpack(tmp, span, lo, dt, count, n)
+                ad.memcpy(dst, staged.ctypes.data, m.span, s)
+                ad.stream_synchronize(s)
+                _staging.put(staged)
+            ad.stream_synchronize(s)
+        finally:
+            _staging.put(tmp)
+
+    return memoryview(tmp)[:m.nbytes], tmp.ctypes.data, post, (dst if contiguous else None)
 
 
 def _contiguous_only(m, call: str):
@@ -517,6 +606,11 @@ class Comm:
         dest = self._peer(dest, call, "destination")
         tag = self._stag(tag, call)
         m = _msg(buf, True, dest, call)
+        eng = _rt.ENGINE
+        if m.kind != _HOST and _device(m) and m.contiguous and mode != BUFFERED and m.nbytes > eng.eager_limit:
+            x = _ipc_send(eng, m, self._w[dest], self._rank, tag, self._ctx, mode, call)
+            if x is not None:
+                return x
         mem, addr, release = _out(m, call)
         if mode == BUFFERED:
             x = self._bsend(mem, dest, tag, call, _sig(m.datatype))
@@ -554,9 +648,10 @@ class Comm:
         source = self._src(source, call)
         tag = self._rtag(tag, call)
         m = _msg(buf, False, source, call)
-        mem, addr, post = _in(m, call)
+        mem, addr, post, dev = _in(m, call)
         wpeer = ANY_SOURCE if source == ANY_SOURCE else self._w[source]
-        return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, self._ctx, call, addr, _sig(m.datatype), post)
+        return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, self._ctx, call, addr, _sig(m.datatype), post,
+                                dev)
 
     def _wait(self, x, status, call: str) -> None:
         if x is None:
@@ -864,10 +959,12 @@ class Comm:
         dest = self._peer(dest, call, "destination")
         tag = self._stag(tag, call)
         m = _msg(buf, True, dest, call)
-        _host_mem(m, call)
+        if not _device(m):
+            _host_mem(m, call)
         sig = _sig(m.datatype)
         eng_ctx, me, wdest = self._ctx, self._rank, self._w[dest]
-        fixed = _out(m, call) if m.contiguous else None  # non-contiguous data is packed at every Start
+        # non-contiguous and device data are packed or staged at every Start
+        fixed = _out(m, call) if m.contiguous and not _device(m) else None
 
         def start():
             mem, addr, release = fixed or _out(m, call)
@@ -919,14 +1016,15 @@ class Comm:
             source = self._src(source, call)
             tag = self._rtag(tag, call)
             m = _msg(buf, False, source, call)
-            _host_mem(m, call)
+            if not _device(m):
+                _host_mem(m, call)
             sig = _sig(m.datatype)
             wpeer = ANY_SOURCE if source == ANY_SOURCE else self._w[source]
             ctx = self._ctx
 
             def start():
-                mem, addr, post = _in(m, call)
-                return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr, sig, post)
+                mem, addr, post, dev = _in(m, call)
+                return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr, sig, post, dev)
 
             return Prequest._persistent(start, self, buf)
         except MPIException as e:
@@ -1262,7 +1360,7 @@ class Intracomm(Comm):
                 if release is not None:
                     release()
             else:
-                mem, _, post = _in(m, call)
+                mem, _, post, _ = _in(m, call)
                 self._tree_bcast(mem, root, self._ctag(), call)
                 if post is not None:
                     done = Xfer(RECV)
@@ -1481,7 +1579,7 @@ class Message:
             x.mem, x.cap = None, 0
         else:
             m = _msg(buf, False, a.src, call)
-            mem, x.addr, x.on_done = _in(m, call)
+            mem, x.addr, x.on_done, x.dev = _in(m, call)
             x.sig = _sig(m.datatype)
             x.dynamic = False
             x.mem, x.cap = mem, len(mem)

@@ -1,0 +1,216 @@
+"""Point-to-point on simulated device memory (``sim``), at 1-4 ranks.
+
+Every memory pair (host->host, host->device, device->host, device->device) and
+every protocol (eager through host staging, rendezvous device to device through
+IPC handles, the staged fallback for memory IPC cannot export) moves a ring of
+messages; expectations are NumPy arrays computed on the receiving side.  The
+simulated device runs stream work only when something observes it, so a missing
+ordering step in gpumpi shows up here as stale data.
+"""
+
+import numpy as np
+import pytest
+
+from gpumpi.testing import WORLD_SIZES, run_ranks
+
+SIZES = [0, 3, 5000, 300_000]  # float64: empty, eager, eager (40 KB), IPC rendezvous (2.4 MB)
+
+
+def values(n, seed):
+    return np.arange(n, dtype=np.float64) * 3 + seed * 1e6
+
+
+def _peers(c):
+    return (c.rank + 1) % c.size, (c.rank - 1) % c.size
+
+
+def _memory_pairs():
+    from gpumpi import MPI
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    nxt, prv = _peers(c)
+    tag = 0
+    for n in SIZES:
+        for skind in ("host", "sim"):
+            for rkind in ("host", "sim"):
+                tag += 1
+                src = values(n, c.rank)
+                if skind == "sim":
+                    src = SimDeviceArray.from_numpy(src)
+                dst = SimDeviceArray.zeros(n) if rkind == "sim" else np.zeros(n)
+                st = MPI.Status()
+                req = c.Isend(src, nxt, tag)
+                c.Recv(dst, prv, tag, st)
+                req.Wait()
+                got = dst.get() if rkind == "sim" else dst
+                assert np.array_equal(got, values(n, prv)), (n, skind, rkind)
+                assert st.Get_count(MPI.DOUBLE) == n and st.Get_source() == prv
+    return c.rank
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_every_memory_pair(n):
+    assert run_ranks(_memory_pairs, n, timeout=60) == list(range(n))
+
+
+def _ordering_and_visibility():
+    from gpumpi import MPI
+    from gpumpi._cuda import sim_adapter
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    nxt, prv = _peers(c)
+    ad = sim_adapter()
+    for n in (100, 300_000):
+        src = SimDeviceArray.zeros(n)
+        dst = SimDeviceArray.zeros(n)
+        fresh = values(n, c.rank)
+        # the producer's copy is queued on the current stream, not yet run: gpumpi must order
+        # its read after it (staging: same stream; IPC: an event the receiver's copy waits on)
+        ad.memcpy(src.ptr, fresh.ctypes.data, fresh.nbytes, ad.current_stream())
+        assert not np.frombuffer(ad.host_view(src.ptr, src.nbytes), np.float64).any(), "the copy ran early"
+        req = c.Isend(src, nxt, 1)
+        c.Recv(dst, prv, 1)
+        req.Wait()
+        # a completed receive is visible to the host without any further synchronisation
+        seen = np.frombuffer(ad.host_view(dst.ptr, dst.nbytes), np.float64)
+        assert np.array_equal(seen, values(n, prv)), n
+        del fresh
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_send_is_ordered_after_queued_work_and_receive_is_visible(n):
+    run_ranks(_ordering_and_visibility, n, timeout=60)
+
+
+def _ipc_cache():
+    from gpumpi import MPI
+    from gpumpi import _runtime as rt
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    nxt, prv = _peers(c)
+    n = 200_000
+    src = SimDeviceArray.from_numpy(values(n, c.rank))
+    dst = SimDeviceArray.zeros(n)
+    opened = len(rt.ENGINE.ipc_mem)
+    for it in range(3):  # one open per allocation, however many messages
+        src.set(values(n, c.rank + it))
+        req = c.Isend(src, nxt, 2)
+        c.Recv(dst, prv, 2)
+        req.Wait()
+        assert np.array_equal(dst.get(), values(n, prv + it))
+    if c.size > 1:
+        assert len(rt.ENGINE.ipc_mem) == opened + 1
+    # free and reallocate (often at the same address): the new allocation has a new handle,
+    # and the receiver reads the new data, never a stale mapping
+    del src
+    src2 = SimDeviceArray.from_numpy(values(n, c.rank + 7))
+    req = c.Isend(src2, nxt, 3)
+    c.Recv(dst, prv, 3)
+    req.Wait()
+    assert np.array_equal(dst.get(), values(n, prv + 7))
+    if c.size > 1:
+        assert len(rt.ENGINE.ipc_mem) == opened + 2
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_ipc_handles_are_opened_once_per_allocation(n):
+    run_ranks(_ipc_cache, n, timeout=60)
+
+
+class _PoolArray:
+    """Simulated stream-ordered-pool memory (cudaMallocAsync), which IPC cannot export."""
+
+    __gpumpi_sim__ = True
+
+    def __init__(self, n):
+        from gpumpi._cuda import sim_adapter
+
+        self.ad = sim_adapter()
+        self.n = n
+        self.ptr = self.ad.alloc_pool(max(8 * n, 1))
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<f8", "data": (self.ptr, False),
+                                         "version": 3, "strides": None, "stream": None}
+
+    def view(self):
+        return np.frombuffer(self.ad.host_view(self.ptr, 8 * self.n), np.float64)
+
+
+def _pool_fallback():
+    from gpumpi import MPI
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    nxt, prv = _peers(c)
+    n = 300_000
+    src = _PoolArray(n)
+    src.view()[:] = values(n, c.rank)
+    dst = SimDeviceArray.zeros(n)
+    req = c.Isend(src, nxt, 4)
+    c.Recv(dst, prv, 4)
+    req.Wait()
+    assert np.array_equal(dst.get(), values(n, prv))
+    back = _PoolArray(n)
+    req = c.Isend(dst, prv, 5)
+    c.Recv(back, nxt, 5)
+    req.Wait()
+    assert np.array_equal(back.view(), values(n, c.rank))
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_pool_memory_falls_back_to_staging(n):
+    run_ranks(_pool_fallback, n, timeout=60)
+
+
+def _device_calls():
+    from gpumpi import MPI
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    nxt, prv = _peers(c)
+    n = 100_000
+    # persistent requests read the device buffer at every Start
+    src = SimDeviceArray.zeros(n)
+    dst = SimDeviceArray.zeros(n)
+    s = c.Send_init(src, nxt, 1)
+    r = c.Recv_init(dst, prv, 1)
+    for it in range(2):
+        src.set(values(n, c.rank + it))
+        MPI.Prequest.Startall([r, s])
+        MPI.Request.Waitall([r, s])
+        assert np.array_equal(dst.get(), values(n, prv + it))
+    s.Free()
+    r.Free()
+    # synchronous, matched-probe and derived-datatype receives into device memory
+    src.set(values(n, c.rank))
+    req = c.Issend(src, nxt, 2)
+    msg = c.Mprobe(prv, 2)
+    msg.Recv(dst)
+    req.Wait()
+    assert np.array_equal(dst.get(), values(n, prv))
+    col = MPI.DOUBLE.Create_vector(n // 2, 1, 2).Commit()
+    dst.set(np.full(n, -1.0))
+    req = c.Isend(src[: n // 2], nxt, 3)
+    c.Recv([dst, 1, col], prv, 3)
+    req.Wait()
+    got = dst.get()
+    assert np.array_equal(got[::2], values(n, prv)[: n // 2]) and (got[1::2] == -1).all()
+    # the object API carries device arrays' bytes (as a host copy of the array here)
+    req = c.Isend([src, 10, MPI.DOUBLE], nxt, 4)
+    part = np.zeros(10)
+    c.Recv(part, prv, 4)
+    req.Wait()
+    assert np.array_equal(part, values(10, prv))
+    # Bcast from a device buffer to device and host buffers
+    root = c.size - 1
+    buf = SimDeviceArray.from_numpy(values(n, c.rank)) if c.rank % 2 else values(n, c.rank)
+    c.Bcast(buf, root)
+    got = buf.get() if c.rank % 2 else buf
+    assert np.array_equal(got, values(n, root))
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_persistent_probe_datatypes_bcast_on_device(n):
+    run_ranks(_device_calls, n, timeout=60)
