@@ -191,16 +191,38 @@ def Free_mem(mem) -> None:
 
 
 # --- gpumpi extensions ----------------------------------------------------------------------------
-def _gpumpi_init(device: str = "auto") -> None:
-    """gpumpi.init(device="auto"): initialise; device binding arrives with device support."""
+def _gpumpi_init(device="auto") -> None:
+    """gpumpi.init(device="auto"): choose how device memory is handled, bind a GPU, initialise.
+
+    ``"auto"``: with a CUDA driver and GPUs, rank ``local_rank % ngpus`` binds its GPU (CAI/DLPack
+    pointers are classified by the driver); without, device-interface memory is simulated.
+    ``"sim"``: always the simulated device (``GPUMPI_DEVICE=sim``).  ``"none"``: as ``"auto"``
+    without binding.  An ``int``: bind that GPU.  Call before any communication.
+    """
+    from . import _arrays, _cuda
+
+    if isinstance(device, int) and not isinstance(device, bool):
+        mode, ordinal = "auto", device
+    elif device in ("auto", "sim", "none"):
+        mode, ordinal = device, None
+    else:
+        raise ValueError(f"gpumpi.init: device must be 'auto', 'sim', 'none' or a GPU ordinal (got {device!r})")
+    _arrays.set_device_mode(mode)
+    if mode != "sim" and _arrays._cuda_driver() is not None:
+        ad = _cuda.adapter()
+        n = ad.device_count()
+        if ordinal is not None:
+            if not 0 <= ordinal < n:
+                raise ValueError(f"gpumpi.init: no GPU {ordinal} (this node has {n})")
+            ad.set_device(ordinal)
+        elif mode == "auto" and n:
+            ad.set_device(_cfg.get().local_rank % n)
+    elif ordinal is not None:
+        raise ValueError(f"gpumpi.init: no CUDA driver, so no GPU {ordinal} (device='sim' simulates one)")
     _rt.init()
 
 
-def _query_gpu_support() -> dict:
-    """What this process can do with GPU memory (gpumpi.query_gpu_support())."""
-    from .ipc import cma
-
-    return {"cuda": False, "device_kinds": [], "cma": cma.available(), "transports": ["shm", "self"]}
+_query_gpu_support = _rt.query_gpu_support
 
 
 # --- NVTX ranges (only when a profiler is attached: zero cost otherwise) -----------------------------

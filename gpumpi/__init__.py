@@ -22,7 +22,7 @@ def __getattr__(name):  # lazy submodules: nothing heavy at import
 
         return _gpumpi_init
     if name == "query_gpu_support":
-        from .MPI import _query_gpu_support
+        from ._runtime import query_gpu_support
 
-        return _query_gpu_support
+        return query_gpu_support
     raise AttributeError(f"module 'gpumpi' has no attribute {name!r}")

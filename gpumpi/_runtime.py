@@ -188,3 +188,36 @@ def _atexit() -> None:
 
 
 atexit.register(_atexit)
+
+
+def query_gpu_support() -> dict:
+    """What this process can do with device memory (gpumpi.query_gpu_support()).
+
+    ``cuda``: a CUDA driver with at least one GPU is usable; ``gpus``: how many; ``adapter``:
+    ``"cupy"`` (real device) or ``"sim"`` (simulated device memory); ``cupy``: importable;
+    ``device_kinds``: memory kinds buffers may have; ``ipc``: device-to-device IPC within the
+    node; ``cma``: cross-memory attach for host messages; ``transports``: host and device.
+    """
+    import importlib.util
+
+    from . import _arrays
+    from .ipc import cma
+
+    driver = _arrays._cuda_driver() is not None and _arrays._device_mode[0] != "sim"
+    has_cupy = importlib.util.find_spec("cupy") is not None
+    gpus = 0
+    if driver and has_cupy:
+        from . import _cuda
+
+        gpus = _cuda.adapter().device_count()
+    real = driver and has_cupy and gpus > 0
+    return {
+        "cuda": real,
+        "gpus": gpus,
+        "adapter": "cupy" if real else "sim",
+        "cupy": has_cupy,
+        "device_kinds": ["device", "sim"] if real else ["sim"],
+        "ipc": True,
+        "cma": cma.available(),
+        "transports": {"host": ["self", "shm"], "device": ["cuda_ipc", "staging"]},
+    }

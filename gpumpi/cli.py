@@ -420,6 +420,13 @@ def info_lines() -> list[str]:
             lines.append(f"  {var:<22} {getattr(cfg, f.name)!r}{mark}")
     ok, why = cma_status()
     lines.append(f"cross-memory attach: {'available' if ok else 'unavailable'} ({why})")
+    from ._runtime import query_gpu_support  # initialises nothing: reads the driver
+
+    q = query_gpu_support()
+    where = f"{q['gpus']} GPU(s), CuPy" if q["cuda"] else ("simulated device memory (no usable CUDA driver"
+                                                            f"{'' if q['cupy'] else ', cupy not installed'})")
+    lines.append(f"devices: {where}; device transports {', '.join(q['transports']['device'])}; "
+                 f"host transports {', '.join(q['transports']['host'])}")
     return lines
 
 

@@ -186,3 +186,36 @@ def test_fatal_error_handler_aborts_the_job(tmp_path, handler):
     assert p.returncode == 6, (p.returncode, p.stderr)  # MPI.ERR_RANK
     assert "invalid destination" in p.stderr
     assert dt < 15 and _shm() == before
+
+
+def _init_and_query():
+    import gpumpi
+    from gpumpi import _arrays
+
+    q = gpumpi.query_gpu_support()
+    assert q["cuda"] is False and q["gpus"] == 0 and q["adapter"] == "sim"  # no driver on CI machines
+    assert q["device_kinds"] == ["sim"] and q["transports"]["device"] == ["cuda_ipc", "staging"]
+    for bad, text in (("gpu", "device must be"), (True, "device must be"), (0, "no CUDA driver")):
+        try:
+            gpumpi.init(bad)
+        except ValueError as e:
+            assert text in str(e), e
+        else:
+            raise AssertionError(f"gpumpi.init({bad!r}) accepted")
+    gpumpi.init("sim")
+    assert _arrays._device_mode[0] == "sim"
+    from gpumpi import MPI
+
+    return MPI.COMM_WORLD.Get_size()
+
+
+def test_init_and_query_gpu_support():
+    if _has_gpu():
+        pytest.skip("a CUDA driver with GPUs is present: the gpu tests cover init there")
+    assert run_ranks(_init_and_query, 2) == [2, 2]
+
+
+def _has_gpu() -> bool:
+    from gpumpi import _arrays
+
+    return _arrays._cuda_driver() is not None
