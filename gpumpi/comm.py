@@ -25,7 +25,6 @@ from . import _protocol as P
 from . import _protocol as _P
 from . import _runtime as _rt
 from ._arrays import DEVICE as _DEVICE
-from ._arrays import HOST as _HOST
 from ._arrays import SIM as _SIM
 from ._buffers import message_simple
 import numpy as _np
@@ -188,21 +187,20 @@ def _after(x, fn) -> None:
 def _out(m, call: str):
     """``(bytes, address, release)`` a send moves: the buffer itself when contiguous, else its
     elements packed into a staging array that ``release()`` returns once the send completed."""
+    staged = None
     if _device(m):  # device memory leaves through a host staging copy (large sends: _ipc_send)
         staged, mem = _staged_span(m)
         if m.contiguous:
             return mem, staged.ctypes.data, lambda: _staging.put(staged)
-        n = m.nbytes
-        tmp = _staging.get(n)
-        _plan.pack_into(mem, m.lo, m.datatype, m.count, tmp)
-        _staging.put(staged)
-        return memoryview(tmp)[:n], tmp.ctypes.data, lambda: _staging.put(tmp)
-    mem = _host_mem(m, call)
-    if m.contiguous:
-        return mem, m.addr + m.lo, None
+    else:
+        mem = _host_mem(m, call)
+        if m.contiguous:
+            return mem, m.addr + m.lo, None
     n = m.nbytes
     tmp = _staging.get(n)
     _plan.pack_into(mem, m.lo, m.datatype, m.count, tmp)
+    if staged is not None:
+        _staging.put(staged)
     return memoryview(tmp)[:n], tmp.ctypes.data, lambda: _staging.put(tmp)
 
 
@@ -607,16 +605,20 @@ class Comm:
         tag = self._stag(tag, call)
         m = _msg(buf, True, dest, call)
         eng = _rt.ENGINE
-        if m.kind != _HOST and _device(m) and m.contiguous and mode != BUFFERED and m.nbytes > eng.eager_limit:
+        if _device(m) and m.contiguous and mode != BUFFERED and m.nbytes > eng.eager_limit:
             x = _ipc_send(eng, m, self._w[dest], self._rank, tag, self._ctx, mode, call)
             if x is not None:
                 return x
-        mem, addr, release = _out(m, call)
+        return self._send_out(_out(m, call), dest, tag, mode, call, _sig(m.datatype))
+
+    def _send_out(self, out, dest: int, tag: int, mode: int, call: str, sig: int):
+        """Post the bytes ``_out`` prepared; its staging array goes back when the send completes."""
+        mem, addr, release = out
         if mode == BUFFERED:
-            x = self._bsend(mem, dest, tag, call, _sig(m.datatype))
+            x = self._bsend(mem, dest, tag, call, sig)
         else:
-            x = _rt.ENGINE.isend([mem], len(mem), self._w[dest], self._rank, tag, self._ctx, mode, call,
-                                 (addr,), _sig(m.datatype))
+            x = _rt.ENGINE.isend([mem], len(mem), self._w[dest], self._rank, tag, self._ctx, mode, call, (addr,),
+                                 sig)
         if release is not None:
             _after(x, release)
         return x
@@ -852,25 +854,41 @@ class Comm:
                 if status is not None:
                     status._fill(PROC_NULL, ANY_TAG, 0)
                 return True
-            source, tag = self._probe_args(source, tag, "Probe")
-            eng = _rt.ENGINE
-            found = []
-            ctx = self._ctx
-
-            def ready():
-                a = eng.matcher.probe(ctx, source, tag)
-                if a is not None:
-                    found.append(a)
-                    return True
-                return self._failed_peer(source, "Probe")
-
-            eng.wait_until(ready)
-            a = found[0]
+            a = self._probe_wait(source, tag, False, "Probe")
             if status is not None:
                 status._fill(a.src, a.tag, a.nbytes)
             return True
         except MPIException as e:
             self._raise(e)
+
+    def _probe_wait(self, source, tag, take: bool, call: str):
+        """Block until a message matches (``take``: off the queue, for matched probes)."""
+        source, tag = self._probe_args(source, tag, call)
+        eng = _rt.ENGINE
+        look = eng.matcher.take if take else eng.matcher.probe
+        found = []
+        ctx = self._ctx
+
+        def ready():
+            a = look(ctx, source, tag)
+            if a is not None:
+                found.append(a)
+                return True
+            return self._failed_peer(source, call)
+
+        eng.wait_until(ready)
+        return found[0]
+
+    def _probe_now(self, source, tag, take: bool, call: str):
+        """One progress pass, then the matching message or None (``take``: off the queue)."""
+        source, tag = self._probe_args(source, tag, call)
+        eng = _rt.ENGINE
+        with eng.lock:
+            eng.progress()
+            a = (eng.matcher.take if take else eng.matcher.probe)(self._ctx, source, tag)
+        if a is None:
+            self._failed_peer(source, call)
+        return a
 
     def _failed_peer(self, source, call) -> bool:
         eng = _rt.ENGINE
@@ -889,13 +907,8 @@ class Comm:
                 if status is not None:
                     status._fill(PROC_NULL, ANY_TAG, 0)
                 return True
-            source, tag = self._probe_args(source, tag, "Iprobe")
-            eng = _rt.ENGINE
-            with eng.lock:
-                eng.progress()
-                a = eng.matcher.probe(self._ctx, source, tag)
+            a = self._probe_now(source, tag, False, "Iprobe")
             if a is None:
-                self._failed_peer(source, "Iprobe")
                 return False
             if status is not None:
                 status._fill(a.src, a.tag, a.nbytes)
@@ -910,20 +923,7 @@ class Comm:
                 if status is not None:
                     status._fill(PROC_NULL, ANY_TAG, 0)
                 return Message._no_proc()
-            source, tag = self._probe_args(source, tag, "Mprobe")
-            eng = _rt.ENGINE
-            found = []
-            ctx = self._ctx
-
-            def ready():
-                a = eng.matcher.take(ctx, source, tag)
-                if a is not None:
-                    found.append(a)
-                    return True
-                return self._failed_peer(source, "Mprobe")
-
-            eng.wait_until(ready)
-            a = found[0]
+            a = self._probe_wait(source, tag, True, "Mprobe")
             if status is not None:
                 status._fill(a.src, a.tag, a.nbytes)
             return Message._of(a, self)
@@ -937,13 +937,8 @@ class Comm:
                 if status is not None:
                     status._fill(PROC_NULL, ANY_TAG, 0)
                 return Message._no_proc()
-            source, tag = self._probe_args(source, tag, "Improbe")
-            eng = _rt.ENGINE
-            with eng.lock:
-                eng.progress()
-                a = eng.matcher.take(self._ctx, source, tag)
+            a = self._probe_now(source, tag, True, "Improbe")
             if a is None:
-                self._failed_peer(source, "Improbe")
                 return None
             if status is not None:
                 status._fill(a.src, a.tag, a.nbytes)
@@ -962,21 +957,10 @@ class Comm:
         if not _device(m):
             _host_mem(m, call)
         sig = _sig(m.datatype)
-        eng_ctx, me, wdest = self._ctx, self._rank, self._w[dest]
         # non-contiguous and device data are packed or staged at every Start
         fixed = _out(m, call) if m.contiguous and not _device(m) else None
-
-        def start():
-            mem, addr, release = fixed or _out(m, call)
-            if mode == BUFFERED:
-                x = self._bsend(mem, dest, tag, call, sig)
-            else:
-                x = _rt.ENGINE.isend([mem], len(mem), wdest, me, tag, eng_ctx, mode, call, (addr,), sig)
-            if release is not None:
-                _after(x, release)
-            return x
-
-        return Prequest._persistent(start, self, buf)
+        return Prequest._persistent(lambda: self._send_out(fixed or _out(m, call), dest, tag, mode, call, sig),
+                                    self, buf)
 
     def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
         """Persistent standard send (MPI_Send_init)."""

@@ -99,11 +99,19 @@ def _ints(ob, what: str, call: str) -> list:
     except TypeError:
         raise TypeError(f"{call}: {what} must be a sequence of integers (got {type(ob).__name__})") from None
     if type(ob) in (list, tuple, range) or (hasattr(ob, "dtype") and hasattr(ob, "tolist")):
-        try:  # one C-level pass for the common cases (a million blocks in milliseconds)
-            return list(map(operator.index, ob.tolist() if hasattr(ob, "tolist") else ob))
-        except TypeError:
-            pass  # the slow path names the bad item
+        values = _fast_ints(ob.tolist() if hasattr(ob, "tolist") else ob)
+        if values is not None:
+            return values
     return [_int(ob[i], what, call) for i in range(n)]
+
+
+def _fast_ints(seq) -> list | None:
+    """One C-level pass for the common cases (a million blocks in milliseconds); None when an
+    item is not an integer, so that the item-by-item pass names it."""
+    try:
+        return list(map(operator.index, seq))
+    except TypeError:
+        return None
 
 
 def _ints_n(ob, n: int, what: str, call: str) -> list:

@@ -545,31 +545,25 @@ class ExternalPlan:
         self.groups = groups
 
     def encode(self, native: np.ndarray, count: int) -> np.ndarray:
-        out = np.empty(count * self.esize, dtype=_U8)
-        if not count or not self.esize:
-            return out
-        src = native.reshape(count, self.size)
-        dst = out.reshape(count, self.esize)
-        for nsz, esz, enc, dec, nat_b, ext_b, whole in self.groups:
-            if whole:
-                dst[:] = enc(np.ascontiguousarray(src).reshape(-1, nsz)).reshape(count, self.esize)
-            else:
-                items = src[:, nat_b].reshape(-1, nsz)
-                dst[:, ext_b] = enc(items).reshape(count, -1)
-        return out
+        """Native packed bytes of ``count`` elements to external32."""
+        return self._convert(native, count, self.size, self.esize, False)
 
     def decode(self, ext: np.ndarray, count: int) -> np.ndarray:
-        out = np.empty(count * self.size, dtype=_U8)
-        if not count or not self.size:
+        """external32 bytes of ``count`` elements to native packed bytes."""
+        return self._convert(ext, count, self.esize, self.size, True)
+
+    def _convert(self, data: np.ndarray, count: int, isize: int, osize: int, decode: bool) -> np.ndarray:
+        out = np.empty(count * osize, dtype=_U8)
+        if not count or not osize:
             return out
-        src = ext.reshape(count, self.esize)
-        dst = out.reshape(count, self.size)
+        src = data.reshape(count, isize)
+        dst = out.reshape(count, osize)
         for nsz, esz, enc, dec, nat_b, ext_b, whole in self.groups:
+            fn, isz, src_b, dst_b = (dec, esz, ext_b, nat_b) if decode else (enc, nsz, nat_b, ext_b)
             if whole:
-                dst[:] = dec(np.ascontiguousarray(src).reshape(-1, esz)).reshape(count, self.size)
+                dst[:] = fn(np.ascontiguousarray(src).reshape(-1, isz)).reshape(count, osize)
             else:
-                items = src[:, ext_b].reshape(-1, esz)
-                dst[:, nat_b] = dec(items).reshape(count, -1)
+                dst[:, dst_b] = fn(src[:, src_b].reshape(-1, isz)).reshape(count, -1)
         return out
 
 
