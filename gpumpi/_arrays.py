@@ -12,26 +12,50 @@ Probing order, as mpi4py's ``PyMPI_GetBuffer``: an exact ``numpy.ndarray`` first
 
 * ``numpy.ndarray`` subclasses: the NumPy converter;
 * types whose top-level module has a registered backend (:func:`register_backend`;
-  built in: ``cupy`` and ``numba`` read ``__cuda_array_interface__`` first): the
-  backend's converter, produced by a lazy loader on first use, so nothing here
-  imports cupy or numba;
-* anything else: the buffer protocol, then DLPack (``__dlpack__`` +
-  ``__dlpack_device__``), then the CUDA array interface.
+  built in: ``cupy`` reads ``__cuda_array_interface__`` first; ``numba`` too, and
+  takes numba-cuda simulator arrays, which have no such interface, as simulated
+  device memory): the backend's converter, produced by a lazy loader on first
+  use, so nothing here imports cupy or numba;
+* anything else (PyTorch and JAX tensors, CAI/DLPack wrappers): the buffer
+  protocol, then DLPack (``__dlpack__`` + ``__dlpack_device__``), then the CUDA
+  array interface.
 
-Buffers must be C- or Fortran-contiguous (``BufferError`` otherwise) and writable
-when ``readonly`` is false (``BufferError``).  ``BufferView.readonly`` reports the
-memory itself, whatever access was asked for.
+:func:`as_buffer` returns contiguous memory: C- or Fortran-contiguous buffers
+(``BufferError`` otherwise), writable when ``readonly`` is false (``BufferError``).
+``BufferView.readonly`` reports the memory itself, whatever access was asked for.
+With ``strided=True`` a non-contiguous CAI or DLPack array (or NumPy array behind
+CPU DLPack) is a :class:`StridedView` instead: the address of its first element,
+its shape and byte strides (negative and zero strides included) and the bytes it
+touches; :mod:`gpumpi._buffers` turns it into a message with an automatic
+derived datatype, as it does strided NumPy views.  Masked arrays, unknown byte
+orders and malformed interfaces stay ``BufferError``.
 
 Memory kinds: ``'host'`` (addressable by the CPU: NumPy, the buffer protocol,
-DLPack CPU/CUDA-host, CAI pointers the CUDA driver calls host memory),
-``'device'`` (CUDA device or managed memory, per the driver) and ``'sim'``
-(CAI/DLPack-CUDA pointers when no CUDA driver is present, under
-:func:`set_device_mode` ``("sim")``, or from a type with a true
-``__gpumpi_sim__`` attribute: simulated device memory, addressable from the
-host).  The driver is consulted through :func:`cuda_pointer_attributes`, the one
-place that knows CUDA's constants.  ``BufferView.mem`` is a 1-D ``'B'``
-memoryview of the bytes for host and sim memory (built on first use; ``None``
-for device memory).
+DLPack CPU/CUDA-host, CAI pointers the CUDA driver calls host memory, pageable
+or pinned), ``'device'`` (CUDA device or managed memory, per the driver, with the
+pointer's own device ordinal) and ``'sim'`` (CAI/DLPack-CUDA pointers when no
+CUDA driver is present or under :func:`set_device_mode` ``("sim")``, numba-cuda
+simulator arrays, and types with a true ``__gpumpi_sim__`` attribute: simulated
+device memory, addressable from the host).  The kind comes from the device
+adapter's pointer classification (:func:`gpumpi._cuda.driver_pointer_info`,
+shared with ``CupyAdapter.pointer_info``: the one place that knows CUDA's
+pointer constants), through :func:`cuda_pointer_attributes`; the device of sim
+memory is that of the simulated allocation holding it
+(``SimAdapter.pointer_info``), else the DLPack device, else 0.  A pointer on
+another device than the current one is accepted, as CUDA-aware MPI libraries
+accept it: its copies name it by address (unified addressing), so
+``BufferView.device`` is the pointer's device, not the current device.
+``BufferView.mem`` is a 1-D ``'B'`` memoryview of the bytes for host and sim
+memory (built on first use; ``None`` for device memory).
+
+Dangling pointers: the bytes a CAI/DLPack host or sim buffer touches must lie
+inside one live simulated allocation, or else in mapped host memory
+(``msync`` answers ``ENOMEM`` for unmapped pages); otherwise ``BufferError``
+(``"... no memory is mapped at ... (freed device memory?)"``) before anything
+reads them, where reading would crash the process.  A freed range that has been
+mapped again (by a new allocation, or host memory) cannot be told from live
+memory, as with CUDA, whose driver reports freed device pointers as unknown host
+memory; ``'device'`` memory is not checked here.
 
 The NumPy hot path reads the data pointer and flags straight from the
 ``PyArrayObject`` header (``data`` at offset 16, ``flags`` at offset 64 on 64-bit
@@ -46,6 +70,8 @@ of each builtin (immortal) NumPy dtype are.
 from __future__ import annotations
 
 import ctypes
+import errno
+import mmap
 import sys
 
 import numpy as np
@@ -55,6 +81,7 @@ from .datatypes.predefined import TypeDict, lookup_format
 
 __all__ = [
     "BufferView",
+    "StridedView",
     "NotABufferError",
     "as_buffer",
     "register_backend",
@@ -145,6 +172,68 @@ def nd_bytes(a) -> memoryview:
         pass
     addr, fl = _nd_addr_flags(a)
     return _raw_mem(addr, a.nbytes, not fl & _WRITEABLE, a)
+
+
+class StridedView(BufferView):
+    """A non-contiguous array (``as_buffer(..., strided=True)``).
+
+    ``addr`` is its first element (as a NumPy view's data pointer); ``shape`` and
+    ``strides`` (bytes, any sign) its layout; ``format`` its numpy.dtype; ``nbytes``
+    the bytes of its elements; ``lo``/``span`` the bytes it touches,
+    ``[addr + lo, addr + lo + span)`` (``lo`` <= 0); ``mem`` a memoryview of exactly
+    those (host and sim memory; None on a device).  ``why`` says why it is not a
+    plain buffer (the ``BufferError`` text of contiguous-only callers).
+    """
+
+    __slots__ = ("shape", "strides", "lo", "span", "why")
+
+    def __init__(self, obj, addr: int, readonly: bool, dtype, shape: tuple, strides: tuple, why: str,
+                 kind: str = HOST, device: int | None = None, stream=None) -> None:
+        count = 1
+        for n in shape:
+            count *= n
+        item = dtype.itemsize
+        super().__init__(obj, addr, count * item, readonly, dtype, item, kind, device, stream)
+        self.shape = shape
+        self.strides = strides
+        self.lo, self.span = _extent_of(shape, strides, item)
+        self.why = why
+
+    @property
+    def mem(self) -> memoryview | None:
+        """1-D ``'B'`` memoryview of the touched bytes ``[addr + lo, addr + lo + span)``."""
+        m = self._mem
+        if m is None and self.kind != DEVICE:
+            m = self._mem = _raw_mem(self.addr + self.lo, self.span, self.readonly, self.obj)
+        return m
+
+    def __repr__(self) -> str:
+        return (f"<StridedView {self.kind} addr={self.addr:#x} shape={self.shape} strides={self.strides} "
+                f"dtype={self.format} readonly={self.readonly} owner={type(self.obj).__name__}>")
+
+
+def _extent_of(shape, strides, itemsize: int) -> tuple[int, int]:
+    """``(lo, span)``: the bytes elements of (shape, strides) touch, relative to the first element."""
+    lo = hi = 0
+    for n, s in zip(shape, strides):
+        if n == 0:
+            return 0, 0
+        step = (n - 1) * s
+        if step < 0:
+            lo += step
+        else:
+            hi += step
+    return lo, hi + itemsize - lo
+
+
+def _strided_nd(a, readonly: bool, call: str) -> StridedView:
+    """A StridedView of a non-contiguous host NumPy array (strided NumPy views, CPU DLPack)."""
+    addr, fl = _nd_addr_flags(a)
+    ro = not fl & _WRITEABLE
+    if ro and not readonly:
+        raise BufferError(f"{_p(call)}buffer is not writable (read-only {type(a).__name__})")
+    return StridedView(a, addr, ro, a.dtype, a.shape, a.strides,
+                       f"buffer is not contiguous (shape {a.shape}, strides {a.strides}, itemsize {a.itemsize})")
 
 
 # -- NumPy ---------------------------------------------------------------------------------
@@ -297,10 +386,30 @@ def _contig(shape, strides, unit: int, order: str) -> bool:
     return True
 
 
+def _dlpack_dtype(code: int, bits: int, lanes: int) -> np.dtype:
+    """The NumPy dtype of a DLPack element (the layout of a strided tensor)."""
+    nbytes = (bits * lanes + 7) // 8
+    if lanes == 2 and code == kDLFloat:
+        return np.dtype(f"c{nbytes}")
+    if lanes == 1 and bits % 8 == 0:
+        if code == kDLBool and bits == 8:
+            return np.dtype("?")
+        kind = {kDLInt: "i", kDLUInt: "u", kDLFloat: "f", kDLComplex: "c"}.get(code)
+        if kind is not None:
+            try:
+                return np.dtype(f"{kind}{nbytes}")
+            except TypeError:
+                pass
+    return np.dtype(f"V{nbytes}")
+
+
 def _from_dlpack(obj, readonly: bool, call: str) -> BufferView:
     dev_type, dev_id = obj.__dlpack_device__()
     if dev_type == kDLCPU:
-        return _from_ndarray(np.from_dlpack(obj), readonly, call)
+        a = np.from_dlpack(obj)
+        if a.size and not (a.flags.c_contiguous or a.flags.f_contiguous):
+            return _strided_nd(a, readonly, call)
+        return _from_ndarray(a, readonly, call)
     if dev_type not in (kDLCUDA, kDLCUDAHost, kDLCUDAManaged, kDLROCMHost):
         raise BufferError(f"{_p(call)}dlpack: unsupported device type {dev_type} ({type(obj).__name__})")
     try:
@@ -321,29 +430,31 @@ def _from_dlpack(obj, readonly: bool, call: str) -> BufferView:
     ndim = t.ndim
     if ndim < 0 or (ndim > 0 and not t.shape):
         raise BufferError(f"{_p(call)}dlpack: invalid shape (ndim {ndim})")
-    shape = [t.shape[i] for i in range(ndim)]
+    shape = tuple(t.shape[i] for i in range(ndim))
     if any(s < 0 for s in shape):
-        raise BufferError(f"{_p(call)}dlpack: shape item is negative ({shape})")
-    if t.strides:
-        strides = [t.strides[i] for i in range(ndim)]
-        if any(s < 0 for s in strides):
-            raise BufferError(f"{_p(call)}dlpack: strides item is negative ({strides})")
-        if not _contig(shape, strides, 1, "C") and not _contig(shape, strides, 1, "F"):
-            raise BufferError(f"{_p(call)}dlpack: buffer is not contiguous (shape {shape}, strides {strides})")
+        raise BufferError(f"{_p(call)}dlpack: shape item is negative ({list(shape)})")
     if ro and not readonly:
         raise BufferError(f"{_p(call)}buffer is not writable (read-only dlpack {type(obj).__name__})")
     count = 1
     for s in shape:
         count *= s
     dt = t.dtype
-    nbytes = count * ((dt.bits * dt.lanes + 7) // 8)
-    fmt, itemsize = _dlpack_format(dt.code, dt.bits, dt.lanes)
+    itemsize = (dt.bits * dt.lanes + 7) // 8
     addr = (t.data or 0) + t.byte_offset
-    if dev_type in (kDLCUDAHost, kDLROCMHost):
-        kind, device = HOST, None
-    else:
-        kind, device = _device_pointer_kind(addr, dev_id)
-    return BufferView(capsule, addr, nbytes, ro, fmt, itemsize, kind, device)
+    strides = tuple(t.strides[i] for i in range(ndim)) if t.strides else None  # in elements
+    host = dev_type in (kDLCUDAHost, kDLROCMHost)
+    if count and strides is not None and not _contig(shape, strides, 1, "C") and not _contig(
+            shape, strides, 1, "F"):
+        bstrides = tuple(s * itemsize for s in strides)
+        why = f"dlpack: buffer is not contiguous (shape {list(shape)}, strides {list(strides)})"
+        lo, span = _extent_of(shape, bstrides, itemsize)
+        kind, device = _classify(addr, addr + lo, addr + lo + span, dev_id, host, False, call, "dlpack")
+        return StridedView(capsule, addr, ro, _dlpack_dtype(dt.code, dt.bits, dt.lanes), shape, bstrides, why,
+                           kind, device)
+    nbytes = count * itemsize
+    fmt, fitem = _dlpack_format(dt.code, dt.bits, dt.lanes)
+    kind, device = _classify(addr, addr, addr + nbytes, dev_id, host, False, call, "dlpack")
+    return BufferView(capsule, addr, nbytes, ro, fmt, fitem, kind, device)
 
 
 # -- CUDA array interface ------------------------------------------------------------------
@@ -377,22 +488,53 @@ def _from_cai(obj, readonly: bool, call: str) -> BufferView:
     if count < 0:
         raise BufferError(f"{_p(call)}__cuda_array_interface__: buffer with negative size "
                           f"(shape:{shape}, size:{count})")
-    if strides is not None and not _contig(shape, strides, itemsize, "C") and not _contig(
-            shape, strides, itemsize, "F"):
-        raise BufferError(f"{_p(call)}__cuda_array_interface__: buffer is not contiguous "
-                          f"(shape:{shape}, strides:{tuple(strides)}, itemsize:{itemsize})")
+    if strides is not None:
+        strides = tuple(strides)
+        if len(strides) != len(shape):
+            raise BufferError(f"{_p(call)}__cuda_array_interface__: {len(strides)} strides for {len(shape)} "
+                              f"dimensions (shape:{shape}, strides:{strides})")
     if ro and not readonly:
         raise BufferError(f"{_p(call)}buffer is not writable (read-only __cuda_array_interface__ "
                           f"{type(obj).__name__})")
+    sim = getattr(type(obj), "__gpumpi_sim__", False)  # simulated device arrays (gpumpi.testing)
+    stream = cai.get("stream")
+    if count and strides is not None and not _contig(shape, strides, itemsize, "C") and not _contig(
+            shape, strides, itemsize, "F"):
+        why = (f"__cuda_array_interface__: buffer is not contiguous "
+               f"(shape:{shape}, strides:{strides}, itemsize:{itemsize})")
+        try:
+            dtype = np.dtype(typestr)
+        except TypeError as exc:
+            raise BufferError(f"{_p(call)}__cuda_array_interface__: typestr {typestr!r} is not understood "
+                              f"(a non-contiguous array needs its element type)") from exc
+        lo, span = _extent_of(shape, strides, itemsize)
+        kind, device = _classify(ptr, ptr + lo, ptr + lo + span, None, False, sim, call,
+                                 "__cuda_array_interface__")
+        return StridedView(obj, ptr, bool(ro), dtype, shape, strides, why, kind, device, stream)
     fmt = _CAI_FORMATS.get((typestr[1:2], itemsize), "B")
     if fmt != "B" and byteorder == _FOREIGN:
         fmt = byteorder + fmt
-    if getattr(type(obj), "__gpumpi_sim__", False):  # simulated device arrays (gpumpi.testing)
-        kind, device = SIM, 0
-    else:
-        kind, device = _device_pointer_kind(ptr, None)
+    kind, device = _classify(ptr, ptr, ptr + count * itemsize, None, False, sim, call, "__cuda_array_interface__")
     return BufferView(obj, ptr, count * itemsize, bool(ro), fmt, itemsize if fmt != "B" else 1,
-                      kind, device, cai.get("stream"))
+                      kind, device, stream)
+
+
+def _from_numba_simulator(obj, a, readonly: bool, call: str) -> BufferView:
+    """A numba-cuda simulator array (``NUMBA_ENABLE_CUDASIM=1``): host NumPy memory in ``obj._ary``
+    standing for device memory, so simulated device memory.  Its ``stream`` is a simulator
+    object, not a CUDA stream, and the simulator runs everything at once: no stream is kept."""
+    addr, fl = _nd_addr_flags(a)
+    ro = not fl & _WRITEABLE
+    if ro and not readonly:
+        raise BufferError(f"{_p(call)}buffer is not writable (read-only {type(obj).__name__})")
+    if a.size and not fl & (_C_CONTIG | _F_CONTIG):
+        lo, span = _extent_of(a.shape, a.strides, a.itemsize)
+        kind, device = _classify(addr, addr + lo, addr + lo + span, None, False, True, call, "numba")
+        return StridedView(obj, addr, ro, a.dtype, a.shape, a.strides,
+                           f"numba: buffer is not contiguous (shape {a.shape}, strides {a.strides}, "
+                           f"itemsize {a.itemsize})", kind, device)
+    kind, device = _classify(addr, addr, addr + a.nbytes, None, False, True, call, "numba")
+    return BufferView(obj, addr, a.nbytes, ro, a.dtype, a.itemsize, kind, device)
 
 
 # -- generic chain and registry ------------------------------------------------------------
@@ -421,10 +563,23 @@ def _cai_first(obj, readonly: bool, call: str) -> BufferView:
     return _from_protocols(obj, readonly, call)
 
 
+def _numba_first(obj, readonly: bool, call: str) -> BufferView:
+    """numba.cuda device arrays: the CUDA array interface; simulator arrays (no interface,
+    ``__cuda_ndarray__`` and a NumPy ``_ary``): simulated device memory."""
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cai(obj, readonly, call)
+    if getattr(type(obj), "__cuda_ndarray__", False):
+        a = getattr(obj, "_ary", None)
+        if isinstance(a, _ndarray):
+            return _from_numba_simulator(obj, a, readonly, call)
+    return _from_protocols(obj, readonly, call)
+
+
 # top-level module name -> loader returning a converter(obj, readonly, call) -> BufferView
 _LOADERS: dict = {
     "cupy": lambda: _cai_first,
-    "numba": lambda: _cai_first,
+    "numba": lambda: _numba_first,
+    "numba_cuda": lambda: _numba_first,
 }
 _CONVERTERS: dict = {}
 
@@ -449,12 +604,14 @@ def _resolve(tp):
     return conv
 
 
-def as_buffer(obj, readonly: bool, call: str = "") -> BufferView:
+def as_buffer(obj, readonly: bool, call: str = "", strided: bool = False) -> BufferView:
     """Normalise a buffer-like object into a :class:`BufferView` (mpi4py ``getbuffer``).
 
     ``readonly`` false requires writable memory.  Raises ``BufferError`` for
     non-contiguous or read-only memory and ``TypeError`` for objects that are not
-    buffers; messages start with ``call``.
+    buffers; messages start with ``call``.  ``strided`` true returns a
+    :class:`StridedView` for a non-contiguous CAI or DLPack array instead of raising
+    (strided NumPy arrays themselves are for the caller to see first: they raise).
     """
     if type(obj) is _ndarray:
         if _PEEK:
@@ -475,30 +632,45 @@ def as_buffer(obj, readonly: bool, call: str = "") -> BufferView:
     conv = _CONVERTERS.get(type(obj))
     if conv is None:
         conv = _resolve(type(obj))
-    return conv(obj, readonly, call)
+    v = conv(obj, readonly, call)
+    if v.__class__ is StridedView and not strided:
+        raise BufferError(f"{_p(call)}{v.why}")
+    return v
 
 
 # -- memory kind of device pointers --------------------------------------------------------
 
-CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
-CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
-CU_MEMORYTYPE_HOST = 1
-CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
-
+_CUDA_SUCCESS = 0
 _driver: list = []  # [] untried, [None] absent, [lib] loaded
 _device_mode = ["auto"]
+_cuda_mod = None  # gpumpi._cuda, imported on first use (it imports this module)
+
+
+def _load_cuda():
+    global _cuda_mod
+    from . import _cuda
+
+    _cuda_mod = _cuda
+    return _cuda
 
 
 def _cuda_driver():
+    """libcuda (ctypes), initialised; None without a driver or without a GPU."""
     if not _driver:
         lib = None
         try:
             lib = ctypes.CDLL("libcuda.so.1")
             lib.cuInit.argtypes = [ctypes.c_uint]
             lib.cuInit.restype = ctypes.c_int
-            lib.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
-            lib.cuPointerGetAttribute.restype = ctypes.c_int
-            if lib.cuInit(0) != CUDA_SUCCESS:  # e.g. CUDA_ERROR_NO_DEVICE: a driver without GPUs
+            f = lib.cuPointerGetAttributes
+            f.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p),
+                          ctypes.c_uint64]
+            f.restype = ctypes.c_int
+            lib.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+            lib.cuDevicePrimaryCtxRetain.restype = ctypes.c_int
+            lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+            lib.cuCtxSetCurrent.restype = ctypes.c_int
+            if lib.cuInit(0) != _CUDA_SUCCESS:  # e.g. CUDA_ERROR_NO_DEVICE: a driver without GPUs
                 lib = None
         except (OSError, AttributeError):
             lib = None
@@ -509,24 +681,23 @@ def _cuda_driver():
 def cuda_pointer_attributes(addr: int) -> tuple[str, int | None] | None:
     """Ask the CUDA driver what ``addr`` is: ``('host', None)`` or ``('device', ordinal)``.
 
-    Returns None when no CUDA driver (or no GPU) is present.  Pointers CUDA does not
-    know (``CUDA_ERROR_INVALID_VALUE``: pageable host memory) are host memory; pinned
-    host memory is host memory; device and managed memory are device memory.
+    Returns None when no CUDA driver (or no GPU) is present.  The driver's answer is
+    :func:`gpumpi._cuda.driver_pointer_info`'s (``CupyAdapter.pointer_info`` gives the
+    same): pointers CUDA does not know (pageable host memory) and pinned host
+    memory are host memory; device, managed and pool memory are device memory, on
+    the pointer's own device.  ``BufferError`` when the driver call fails.
     """
     lib = _cuda_driver()
     if lib is None:
         return None
-    memtype = ctypes.c_uint(0)
-    rc = lib.cuPointerGetAttribute(ctypes.byref(memtype), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr)
-    if rc == CUDA_ERROR_INVALID_VALUE:
+    cuda = _cuda_mod or _load_cuda()
+    try:
+        info = cuda.driver_pointer_info(lib, addr)
+    except cuda.CudaError as exc:
+        raise BufferError(str(exc)) from None
+    if info.kind == HOST:
         return (HOST, None)
-    if rc != CUDA_SUCCESS:
-        raise BufferError(f"cuPointerGetAttribute: CUDA error {rc} for pointer {addr:#x}")
-    if memtype.value == CU_MEMORYTYPE_HOST:
-        return (HOST, None)
-    ordinal = ctypes.c_int(-1)
-    rc = lib.cuPointerGetAttribute(ctypes.byref(ordinal), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, addr)
-    return (DEVICE, ordinal.value if rc == CUDA_SUCCESS else None)
+    return (DEVICE, info.device)
 
 
 def set_device_mode(mode: str) -> None:
@@ -538,11 +709,64 @@ def set_device_mode(mode: str) -> None:
 
 
 def _device_pointer_kind(addr: int, device: int | None) -> tuple[str, int | None]:
-    if _device_mode[0] != "sim":
-        attrs = cuda_pointer_attributes(addr)
-        if attrs is not None:
-            return attrs
-    return (SIM, device or 0)
+    """``(kind, device)`` of a device-interface pointer: the driver's answer, else simulated
+    device memory (on the device of the simulated allocation holding it, else ``device`` or 0)."""
+    return _classify(addr, addr, addr, device, False, False, "", "")
+
+
+def _classify(addr: int, lo: int, hi: int, device: int | None, host: bool, sim: bool, call: str,
+              what: str) -> tuple[str, int | None]:
+    """``(kind, device)`` of the memory an interface puts at ``addr``, touching ``[lo, hi)``.
+
+    ``host``: the interface says host memory (DLPack CUDA-host); ``sim``: the type
+    declares simulated device memory; otherwise the driver decides (simulated device
+    memory without one).  Host and sim memory must lie in one live simulated
+    allocation or in mapped memory (``BufferError``; see the module docstring).
+    """
+    if host:
+        kind = HOST
+    elif sim or _device_mode[0] == "sim" or (attrs := cuda_pointer_attributes(addr)) is None:
+        kind = SIM
+    elif attrs[0] == DEVICE:
+        return attrs
+    else:
+        kind = HOST
+    if hi > lo or (kind == SIM and addr):
+        info = (_cuda_mod or _load_cuda()).sim_adapter().pointer_info(lo)
+        if info.base is None:
+            if hi > lo:
+                _check_mapped(lo, hi, call, what)
+        elif hi > info.base + info.size:
+            raise BufferError(f"{_p(call)}{what}: bytes [{lo:#x}, {hi:#x}) run past the end of their "
+                              f"simulated allocation ({info.base:#x}, {info.size} bytes)")
+        elif info.device is not None:
+            device = info.device
+    return (HOST, None) if kind == HOST else (SIM, device or 0)
+
+
+_libc: list = []
+_ENOMEM = errno.ENOMEM
+
+
+def _check_mapped(lo: int, hi: int, call: str, what: str) -> None:
+    """BufferError unless every page of ``[lo, hi)`` is mapped (``msync(MS_ASYNC)``: no I/O,
+    only the kernel's range check, ``ENOMEM`` for unmapped pages)."""
+    if not _libc:
+        lib = None
+        try:
+            lib = ctypes.CDLL(None, use_errno=True)
+            lib.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            lib.msync.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            lib = None
+        _libc.append(lib)
+    lib = _libc[0]
+    if lib is None:
+        return
+    start = lo & ~(mmap.PAGESIZE - 1)
+    if lib.msync(start, hi - start, 1) != 0 and ctypes.get_errno() == _ENOMEM:  # 1: MS_ASYNC
+        raise BufferError(f"{_p(call)}{what}: no memory is mapped at [{lo:#x}, {hi:#x}) "
+                          f"(freed device memory?)")
 
 
 # -- datatype inference --------------------------------------------------------------------

@@ -34,6 +34,14 @@ buffer pointer (buffer start + ``displ*extent``), element ``i`` sits at
 ``addr + i*extent``, and ``lo`` is 0 unless the datatype reaches below its
 origin.  ``mem`` is a memoryview of exactly those bytes (host and sim memory).
 
+Non-contiguous arrays need no hand-built type: a strided NumPy view, or a
+non-contiguous device array (CAI: CuPy, numba, :class:`~gpumpi.testing.SimDeviceArray`
+slices; DLPack: PyTorch, JAX), is a message of its elements in C order under an
+automatic derived datatype (``numpy_dtype.for_array``), whatever its memory kind;
+with an explicit derived datatype it is a pointer to its first element and the
+type must stay within the view's span.  Only the simple form takes them: vector
+specs and multi-block collectives need contiguous buffers (``BufferError``).
+
 The common case, ``comm.Send(a, dest)`` with a contiguous NumPy array, takes a
 fast path that reads the array header and builds only the :class:`Msg`; its
 :class:`~gpumpi._arrays.BufferView` (``Msg.view``) is built if someone asks.
@@ -54,7 +62,9 @@ from ._arrays import (
     HOST,
     BufferView,
     NotABufferError,
+    StridedView,
     _raw_mem,
+    _strided_nd,
     as_buffer,
     datatype_of,
     lookup_dtype,
@@ -81,6 +91,12 @@ class _Message:
         if v is None and self.obj is not None:
             v = self._view = as_buffer(self.obj, True)
         return v
+
+    @property
+    def device(self) -> int | None:
+        """The device ordinal of the memory (its own device, which may not be the current one;
+        None for host memory)."""
+        return None if self.kind == HOST else self.view.device
 
     @property
     def mem(self) -> memoryview | None:
@@ -116,8 +132,9 @@ class Msg(_Message):
     buffer pointer; ``count`` elements per block; ``datatype``; ``nbytes`` packed bytes
     per block (``count * datatype.size``); ``blocks`` (1 unless a collective passed more);
     ``lo``/``span`` the touched bytes ``[addr + lo, addr + lo + span)`` over all blocks,
-    block ``i`` starting at ``addr + i * count * extent``; ``kind`` 'host'/'sim'/'device';
-    ``contiguous`` (one copy moves the message); ``mem`` those bytes (None on a device).
+    block ``i`` starting at ``addr + i * count * extent``; ``kind`` 'host'/'sim'/'device'
+    and ``device`` (the ordinal); ``contiguous`` (one copy moves the message); ``mem``
+    those bytes (None on a device).
     """
 
     __slots__ = ("obj", "_view", "addr", "count", "datatype", "nbytes", "span", "lo", "blocks", "kind",
@@ -188,8 +205,12 @@ def _chkarray(ob, n: int, call: str) -> tuple:
     return values
 
 
-def _basic(o_buf, o_type, readonly: bool, call: str):
-    """Owner, view (None: BOTTOM, or not built yet), address, length, kind, datatype (``message_basic``)."""
+def _basic(o_buf, o_type, readonly: bool, call: str, strided: bool = False):
+    """Owner, view (None: BOTTOM, or not built yet), address, length, kind, datatype (``message_basic``).
+
+    ``strided``: a non-contiguous CAI/DLPack array comes back as ``(obj, StridedView, ...)``
+    with datatype None, for :func:`_strided_message`; else it is a BufferError.
+    """
     if o_buf is None or o_buf is BOTTOM:
         return None, None, 0, 0, HOST, _asdatatype(o_type, call)
     if type(o_buf) is _ndarray and _PEEK:
@@ -203,7 +224,9 @@ def _basic(o_buf, o_type, readonly: bool, call: str):
             else:
                 datatype = _asdatatype(o_type, call)
             return o_buf, None, _DATA[i], o_buf.nbytes, HOST, datatype
-    view = as_buffer(o_buf, readonly, call)
+    view = as_buffer(o_buf, readonly, call, strided)
+    if view.__class__ is StridedView:
+        return view.obj, view, view.addr, view.nbytes, view.kind, None
     datatype = datatype_of(view, call) if o_type is None else _asdatatype(o_type, call)
     return view.obj, view, view.addr, view.nbytes, view.kind, datatype
 
@@ -246,12 +269,12 @@ def _check_bottom(datatype: Datatype, count: int, call: str) -> None:
                          f"true lb {datatype._true_lb})")
 
 
-def _top_level(spec, readonly: bool, call: str):
+def _top_level(spec, readonly: bool, call: str, strided: bool = False):
     """A bare ``buf`` spec: anything but a buffer is mpi4py's TypeError."""
     if spec is None or spec is BOTTOM:
         raise TypeError(f"{_prefix(call)}message: expecting buffer or list/tuple")
     try:
-        return _basic(spec, None, readonly, call)
+        return _basic(spec, None, readonly, call, strided)
     except NotABufferError:
         raise TypeError(f"{_prefix(call)}message: expecting buffer or list/tuple") from None
 
@@ -291,8 +314,17 @@ def _strided(a) -> bool:
     return isinstance(a, _ndarray) and not (a.flags.c_contiguous or a.flags.f_contiguous)
 
 
-def _strided_message(a, o_count, o_displ, o_type, readonly: bool, blocks: int, call: str) -> Msg:
-    """A strided NumPy view as a message.
+def _layout(sv: StridedView):
+    """A NumPy array with ``sv``'s dtype, shape and strides, for :func:`for_array`; its data is
+    never read (device memory has no host address), so it is built over one dummy element."""
+    obj = sv.obj
+    if isinstance(obj, _ndarray) and obj.shape == sv.shape and obj.strides == sv.strides:
+        return obj
+    return np.lib.stride_tricks.as_strided(np.empty(1, sv.format), sv.shape, sv.strides, writeable=False)
+
+
+def _strided_message(sv: StridedView, o_count, o_displ, o_type, readonly: bool, blocks: int, call: str) -> Msg:
+    """A strided array view (NumPy, or CAI/DLPack on any memory kind) as a message.
 
     Without a datatype, or with a predefined one of the element's size, the message is the
     view's elements in C order under an automatic datatype (``numpy_dtype.for_array``):
@@ -301,19 +333,23 @@ def _strided_message(a, o_count, o_displ, o_type, readonly: bool, blocks: int, c
     as in C (``[a[:, 1:], 1, column]``): the type lays out memory from there, and every
     byte it touches must lie within the view's span of memory.
     """
+    shape, strides = sv.shape, sv.strides
+    size = 1
+    for n in shape:
+        size *= n
     if blocks > 1:
-        raise BufferError(f"{_prefix(call)}buffer is not contiguous (shape {a.shape}, strides {a.strides}): "
+        raise BufferError(f"{_prefix(call)}buffer is not contiguous (shape {shape}, strides {strides}): "
                           f"collectives need contiguous buffers or an explicit datatype")
-    if not readonly and not a.flags.writeable:
-        raise BufferError(f"{_prefix(call)}buffer is not writable (read-only {type(a).__name__})")
-    first = a.__array_interface__["data"][0]
+    if not readonly and sv.readonly:
+        raise BufferError(f"{_prefix(call)}buffer is not writable (read-only {type(sv.obj).__name__})")
+    first = sv.addr
     given = None if o_type is None else _asdatatype(o_type, call)
-    if given is not None and (given._combiner not in _PREDEFINED_COMBINERS or given._size != a.itemsize):
+    if given is not None and (given._combiner not in _PREDEFINED_COMBINERS or given._size != sv.itemsize):
         if given._size is None or given._rec.freed:
             _invalid(given, call)
         if o_count is None:
-            raise ValueError(f"{_prefix(call)}message: a non-contiguous array (shape {a.shape}, strides "
-                             f"{a.strides}) with datatype {given._rec.name or repr(given)} needs an explicit count")
+            raise ValueError(f"{_prefix(call)}message: a non-contiguous array (shape {shape}, strides "
+                             f"{strides}) with datatype {given._rec.name or repr(given)} needs an explicit count")
         count = _index(o_count, call)
         if count < 0:
             raise ValueError(f"{_prefix(call)}message: negative count {count}")
@@ -323,8 +359,7 @@ def _strided_message(a, o_count, o_displ, o_type, readonly: bool, blocks: int, c
             if displ < 0:
                 raise ValueError(f"{_prefix(call)}message: negative displacement {displ}")
             offset = displ * given._extent if displ else 0
-        vlo = sum(min(0, (n - 1) * st) for n, st in zip(a.shape, a.strides)) if a.size else 0
-        vhi = sum(max(0, (n - 1) * st) for n, st in zip(a.shape, a.strides)) + a.itemsize if a.size else 0
+        vlo, vhi = sv.lo, sv.lo + sv.span
         lo = hi = offset
         if count:
             lo, hi = _bounds(given, offset, count)
@@ -338,34 +373,33 @@ def _strided_message(a, o_count, o_displ, o_type, readonly: bool, blocks: int, c
         if o_displ is not None and _index(o_displ, call) != 0:
             raise ValueError(f"{_prefix(call)}message: a non-contiguous array takes no displacement "
                              f"({_index(o_displ, call)})")
-        if o_count is not None and _index(o_count, call) != a.size:
-            raise ValueError(f"{_prefix(call)}message: a non-contiguous array moves all its {a.size} elements "
+        if o_count is not None and _index(o_count, call) != size:
+            raise ValueError(f"{_prefix(call)}message: a non-contiguous array moves all its {size} elements "
                              f"(count {_index(o_count, call)})")
         from .datatypes.numpy_dtype import for_array
 
-        datatype, count, start = for_array(a)
+        datatype, count, start = for_array(_layout(sv))
         addr = first + start
         lo, hi = _bounds(datatype, 0, count) if count else (0, 0)
     m = Msg()
-    m.obj = a
-    m._view = None
+    m.obj = sv.obj
+    m._view = sv
     m.addr = addr
     m.count = count
     m.datatype = datatype
     m.nbytes = count * datatype._size
     m.lo, m.span = lo, hi - lo
     m.blocks = 1
-    m.kind = HOST
+    m.kind = sv.kind
     m.contiguous = datatype._contig
-    m._mem = _raw_mem(addr + lo, m.span, readonly, a)
+    m._mem = None if sv.kind == DEVICE else _raw_mem(addr + lo, m.span, readonly, sv.obj)
     return m
 
 
 def _message_simple(spec, readonly: bool, blocks: int, call: str) -> Msg:
-    o_count = o_displ = None
+    o_count = o_displ = o_type = None
     if isinstance(spec, (list, tuple)):
         nargs = len(spec)
-        o_type = None
         if nargs == 2:
             o_buf, o_count = spec
             if isinstance(o_count, (Datatype, str)):
@@ -381,13 +415,16 @@ def _message_simple(spec, readonly: bool, blocks: int, call: str) -> Msg:
         else:
             raise ValueError(f"{_prefix(call)}message: expecting 2 to 4 items")
         if _strided(o_buf):
-            return _strided_message(o_buf, o_count, o_displ, o_type, readonly, blocks, call)
-        obj, view, baddr, length, kind, datatype = _basic(o_buf, o_type, readonly, call)
+            return _strided_message(_strided_nd(o_buf, True, call), o_count, o_displ, o_type, readonly,
+                                    blocks, call)
+        obj, view, baddr, length, kind, datatype = _basic(o_buf, o_type, readonly, call, True)
     else:
         o_buf = spec
         if _strided(spec):
-            return _strided_message(spec, None, None, None, readonly, blocks, call)
-        obj, view, baddr, length, kind, datatype = _top_level(spec, readonly, call)
+            return _strided_message(_strided_nd(spec, True, call), None, None, None, readonly, blocks, call)
+        obj, view, baddr, length, kind, datatype = _top_level(spec, readonly, call, True)
+    if datatype is None:  # a non-contiguous CAI/DLPack array
+        return _strided_message(view, o_count, o_displ, o_type, readonly, blocks, call)
     bsize = length
 
     offset = 0
