@@ -1,4 +1,4 @@
-"""Benchmark suites for ``gpumpi bench`` (L6): ``p2p`` and ``pack``.
+"""Benchmark suites for ``gpumpi bench`` (L6): ``p2p``, ``pack`` and ``p2p-matrix``.
 
 Theory of operation
 ===================
@@ -38,6 +38,35 @@ Rules:
   while ``window * size`` fits in :data:`RECV_CAP` bytes (reusing slots
   round-robin beyond that), which measures cache-cold destinations.
 * Ranks other than 0 and 1 wait at the final barrier.
+* Buffers: ``numpy`` (host memory), ``sim`` (simulated device memory,
+  :class:`gpumpi.testing.SimDeviceArray`) or ``cupy`` (CuPy arrays on the rank's
+  GPU).  Device buffers are filled and checked through host copies (``.set`` /
+  ``.get``) outside the timed loops; the zero-byte synchronisation messages and
+  acks stay in host memory.  Which device transport gpumpi uses is chosen by
+  ``GPUMPI_TRANSPORTS`` in the ranks' environment (:func:`transports_setting`).
+
+The p2p-matrix suite follows nvbandwidth's unidirectional device-to-device
+matrix, one ordered pair of devices (sender ``src``, receiver ``dst``) per 2-rank
+job: rank 0 binds ``src`` and sends, rank 1 binds ``dst`` and receives (both the
+same GPU when they are equal, which is the only pair on a one-GPU node).  Per size:
+
+* every size gets newly allocated buffers (kept until the end of the job, so no
+  address is reused and, with ``cuda_ipc``, every first message exports and opens
+  a new IPC handle);
+  a throwaway message of other buffers first pays the one-time setup (streams,
+  interprocess events, staging slabs), which is not what cold measures;
+* one *sample* is timed on the receiver: from just before it sends a zero-byte
+  "go" to the sender until its blocking ``Recv`` of ``size`` bytes returns (the
+  data are then visible); so every sample includes one zero-byte one-way latency;
+* cold: the first sample of the new buffers; warm: the median of ``iters``
+  samples after ``skip`` warm-up samples;
+* copy: on the receiving device, the median of ``iters`` device-to-device
+  ``adapter.memcpy`` of ``size`` bytes between two other allocations, each timed
+  to ``adapter.stream_synchronize`` (after ``skip`` untimed ones); warm % = warm /
+  copy: how close one message gets to one local copy of the same bytes;
+* checks: the receive buffer holds the complement of the pattern before the cold
+  sample and before the last warm sample, and is compared with the pattern on the
+  host after each; the copy's destination is compared too.  The sum is ``#wrong``.
 
 The pack suite follows TEMPI's ``bench_mpi_pack`` on host memory:
 
@@ -70,11 +99,13 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 
 #: Suites that ``gpumpi bench`` knows.
-SUITES = ("p2p", "pack")
-#: Buffer kinds that the suites accept today.
-BUFFER_KINDS = ("numpy",)
-#: Buffer kinds that later versions will add (a clear "not supported yet" error).
-FUTURE_BUFFER_KINDS = ("cupy", "numba", "sim")
+SUITES = ("p2p", "pack", "p2p-matrix")
+#: Buffer kinds: host NumPy arrays, simulated device memory, CuPy arrays on a GPU.
+BUFFER_KINDS = ("numpy", "sim", "cupy")
+#: The buffer kinds that live in (real or simulated) device memory.
+DEVICE_BUFFER_KINDS = ("sim", "cupy")
+#: Values of ``--transport``: gpumpi's own choice, or one device transport for every device message.
+TRANSPORTS = ("auto", "cuda_ipc", "staging")
 #: Messages in flight per window in the bandwidth tests (OSU's value).
 WINDOW = 64
 #: Messages above this size use the "large" iteration counts (OSU's threshold).
@@ -109,6 +140,16 @@ STRIDED_SEND_BLOCKS = (8, 1024)
 
 _TAG_LAT, _TAG_BW, _TAG_ACK, _TAG_BIBW, _TAG_CHECK, _TAG_SYNC = 101, 102, 103, 104, 105, 106
 _TAG_STRIDED = 107
+_TAG_GO, _TAG_MATRIX, _TAG_STATS = 108, 109, 110
+
+#: Message sizes of the p2p-matrix suite (bytes).
+MATRIX_SIZES = (1 << 20, 16 << 20, 64 << 20)
+#: Message sizes of the ``--quick`` p2p-matrix suite.
+MATRIX_QUICK_SIZES = (1 << 20, 16 << 20)
+#: Largest size of a p2p-matrix ``--sizes MIN:MAX`` range with MAX left out.
+MATRIX_MAX_SIZE = 64 << 20
+# (timed, warm-up) samples of the p2p-matrix suite: messages, local copies
+_MATRIX_REPS, _MATRIX_QUICK_REPS = ((20, 3), (20, 2)), ((5, 1), (5, 1))
 # (timed, warm-up) repetitions of the pack suite: pack/unpack, strided-send
 _PACK_REPS, _PACK_QUICK_REPS = (25, 3), (5, 1)
 _SEND_REPS, _SEND_QUICK_REPS = (10, 2), (3, 1)
@@ -207,6 +248,41 @@ def parse_sizes(spec: str | None, quick: bool = False) -> list[int]:
     return sizes
 
 
+def parse_matrix_sizes(spec: str | None, quick: bool = False) -> list[int]:
+    """Turn a ``--sizes`` argument of the p2p-matrix suite into message sizes.
+
+    Args:
+        spec: ``"min:max"`` (powers of two in the range; an empty max means
+            :data:`MATRIX_MAX_SIZE`; with ``quick``, :data:`MATRIX_QUICK_SIZES` in
+            the range), a comma-separated list such as ``"1M,16M"``, a single size,
+            or None for :data:`MATRIX_SIZES` (:data:`MATRIX_QUICK_SIZES` with ``quick``).
+        quick: start from the ``--quick`` sizes.
+
+    Returns:
+        Sorted, de-duplicated sizes, all at least 1 byte.
+
+    Raises:
+        BenchError: malformed spec, an empty result, or a size of 0.
+    """
+    if spec is None or spec.strip() == "":
+        sizes = list(MATRIX_QUICK_SIZES if quick else MATRIX_SIZES)
+    elif ":" in spec:
+        lo_text, _, hi_text = spec.partition(":")
+        lo = max(1, parse_size(lo_text)) if lo_text.strip() else 1
+        hi = parse_size(hi_text) if hi_text.strip() else MATRIX_MAX_SIZE
+        if lo > hi:
+            raise BenchError(f"bad --sizes {spec!r}: min {lo} > max {hi}")
+        sizes = [s for s in MATRIX_QUICK_SIZES if lo <= s <= hi] if quick else default_sizes(lo, hi)
+    else:
+        sizes = [parse_size(part) for part in spec.split(",") if part.strip()]
+    sizes = sorted(set(sizes))
+    if not sizes:
+        raise BenchError(f"--sizes {spec!r} selects no message size")
+    if sizes[0] < 1:
+        raise BenchError(f"p2p-matrix message sizes must be >= 1 byte (--sizes {spec!r})")
+    return sizes
+
+
 def plan_iterations(
     test: str,
     size: int,
@@ -250,13 +326,101 @@ def plan_iterations(
 # ---------------------------------------------------------------- buffers
 
 
-def check_buffer_kind(buffer: str) -> None:
-    """Raise :class:`BenchError` unless ``buffer`` is a supported buffer kind."""
-    if buffer in BUFFER_KINDS:
+def check_buffer_kind(buffer: str, suite: str = "p2p") -> None:
+    """Raise :class:`BenchError` unless ``suite`` can run on ``buffer`` buffers.
+
+    ``p2p`` takes every kind of :data:`BUFFER_KINDS`; ``pack`` only ``numpy``;
+    ``p2p-matrix`` only the device kinds (:data:`DEVICE_BUFFER_KINDS`).  Whether
+    CuPy and a GPU are there is :func:`check_device_buffers`'s question.
+    """
+    if buffer not in BUFFER_KINDS:
+        raise BenchError(f"unknown buffer kind {buffer!r} (supported: {', '.join(BUFFER_KINDS)})")
+    if suite == "pack" and buffer != "numpy":
+        raise BenchError(f"the pack suite runs on host numpy buffers only (--buffer {buffer})")
+    if suite == "p2p-matrix" and buffer not in DEVICE_BUFFER_KINDS:
+        raise BenchError(f"the p2p-matrix suite measures device buffers: use --buffer sim or cupy (--buffer {buffer})")
+
+
+def cupy_status() -> tuple[bool, str]:
+    """Whether CuPy buffers can be used here: ``(usable, reason)``.
+
+    Usable when ``cupy`` imports, the CUDA driver initialises and at least one GPU
+    is visible.  Importing CuPy and initialising CUDA happen only when the first two
+    checks pass; the reason names what is missing otherwise.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None:
+        return False, "cupy is not installed: pip install gpumpi[cuda]"
+    from . import _arrays
+
+    if _arrays._cuda_driver() is None:
+        return False, "no usable CUDA driver: libcuda.so.1 missing or cuInit failed"
+    try:
+        from ._cuda import cupy_adapter
+
+        n = cupy_adapter().device_count()
+    except Exception as e:  # an ImportError or CUDA error: report it, do not crash the validation
+        return False, f"CuPy/CUDA failed: {e}"
+    if n < 1:
+        return False, "the CUDA driver sees no GPU"
+    return True, f"{n} GPU{'s' if n != 1 else ''}"
+
+
+def check_device_buffers(buffer: str) -> None:
+    """Raise :class:`BenchError` when ``buffer`` is ``"cupy"`` and CuPy or a GPU is missing.
+
+    Call before launching anything: CuPy buffers need CuPy and a CUDA GPU in every rank.
+    """
+    if buffer != "cupy":
         return
-    if buffer in FUTURE_BUFFER_KINDS:
-        raise BenchError(f"buffer kind {buffer!r} not supported yet")
-    raise BenchError(f"unknown buffer kind {buffer!r} (supported: {', '.join(BUFFER_KINDS)})")
+    ok, why = cupy_status()
+    if not ok:
+        raise BenchError(f"--buffer cupy needs CuPy and a CUDA GPU ({why})")
+
+
+def check_transport(transport: str) -> None:
+    """Raise :class:`BenchError` unless ``transport`` is one of :data:`TRANSPORTS`."""
+    if transport not in TRANSPORTS:
+        raise BenchError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})")
+
+
+def transports_setting(transport: str, current: str = "") -> str:
+    """The ``GPUMPI_TRANSPORTS`` value that makes gpumpi ranks use ``transport`` for device messages.
+
+    Args:
+        transport: one of :data:`TRANSPORTS`.  ``"auto"`` keeps ``current`` as it is
+            (gpumpi chooses: ``cuda_ipc`` where it can, else ``staging``); a name
+            replaces every ``device:`` item of ``current`` by ``device:<name>`` and
+            keeps the host items.
+        current: the value in the environment now (``""`` when unset).
+
+    Returns:
+        The value to put in the ranks' environment.
+
+    Raises:
+        BenchError: unknown transport.
+    """
+    check_transport(transport)
+    if transport == "auto":
+        return current
+    keep = [item.strip() for item in current.replace(";", ",").split(",")]
+    keep = [item for item in keep if item and not item.lower().startswith("device:")]
+    return ",".join([*keep, f"device:{transport}"])
+
+
+def device_count(buffer: str) -> int:
+    """How many devices the adapter of ``buffer`` buffers has (``sim``: the simulated adapter's).
+
+    Raises:
+        BenchError: ``buffer`` is not a device kind, or CuPy / a GPU is missing.
+    """
+    if buffer not in DEVICE_BUFFER_KINDS:
+        raise BenchError(f"device_count: not a device buffer kind (--buffer {buffer})")
+    check_device_buffers(buffer)
+    from . import _cuda
+
+    return (_cuda.sim_adapter() if buffer == "sim" else _cuda.cupy_adapter()).device_count()
 
 
 def _pattern(np, size: int, rank: int):
@@ -273,6 +437,65 @@ def _nslots(size: int, window: int, distinct: bool) -> int:
     if not distinct:
         return 1
     return max(1, min(window, RECV_CAP // _stride(size)))
+
+
+class _DeviceMemory:
+    """1-D ``uint8`` device arrays of one kind, with ``.set(host)`` / ``.get()`` and views by slicing.
+
+    ``own``: every array is its own allocation straight from the adapter (CuPy:
+    ``adapter.alloc`` wrapped as a ``cupy.ndarray``, outside CuPy's pool; sim:
+    every :class:`~gpumpi.testing.SimDeviceArray` already is), freed by
+    :meth:`release`.  Otherwise CuPy arrays come from CuPy's pool.
+    """
+
+    __slots__ = ("_cupy", "_raw", "adapter", "kind", "own", "stream")
+
+    def __init__(self, kind: str, own: bool = False):
+        from . import _cuda
+
+        self.kind = kind
+        self.own = own
+        self._raw: list[int] = []
+        self.stream = None
+        if kind == "sim":
+            self._cupy = None
+            self.adapter = _cuda.sim_adapter()
+        elif kind == "cupy":
+            check_device_buffers(kind)
+            import cupy
+
+            self._cupy = cupy
+            self.adapter = _cuda.cupy_adapter()
+        else:
+            raise BenchError(f"not a device buffer kind (--buffer {kind})")
+
+    def array(self, nbytes: int):
+        if self._cupy is None:
+            from .testing import SimDeviceArray
+
+            return SimDeviceArray.zeros(nbytes, "u1")
+        cp = self._cupy
+        if not self.own or nbytes == 0:
+            return cp.zeros(nbytes, dtype=cp.uint8)
+        addr = self.adapter.alloc(nbytes)
+        self._raw.append(addr)
+        mem = cp.cuda.UnownedMemory(addr, nbytes, None, self.adapter.current_device())
+        return cp.ndarray((nbytes,), dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(mem, 0))
+
+    def sync(self) -> None:
+        """Wait for the device work that ``.set`` queued (sim: runs every queued operation)."""
+        if self._cupy is None:
+            self.adapter.synchronize()
+        else:
+            self._cupy.cuda.get_current_stream().synchronize()
+
+    def release(self) -> None:
+        """Free the arrays' own allocations (the arrays must not be used afterwards)."""
+        if self._raw:
+            self.adapter.synchronize()
+            for addr in self._raw:
+                self.adapter.free(addr)
+            self._raw.clear()
 
 
 class _Buffers:
@@ -308,6 +531,44 @@ class _Buffers:
             return 0
         expected = _pattern(self.np, size, peer)
         return int(sum(int(self.np.count_nonzero(v != expected)) for v in slots[:used]))
+
+
+class _DeviceBuffers(_Buffers):
+    """Device send/receive buffers (``sim`` or ``cupy``), filled and checked through host copies."""
+
+    __slots__ = ("mem",)
+
+    def __init__(self, np, mem: _DeviceMemory, sizes: Sequence[int], window: int, distinct: bool):
+        self.np = np
+        self.mem = mem
+        self.distinct = distinct
+        biggest = max(sizes) if sizes else 0
+        rbytes = max([_nslots(s, window, distinct) * _stride(s) for s in sizes] + [_ALIGN])
+        self.sbuf = mem.array(max(biggest, 1))
+        self.rbuf = mem.array(rbytes)
+        self.empty = np.zeros(0, dtype=np.uint8)  # zero-byte sync messages stay on the host
+
+    def prepare_send(self, size: int, rank: int):
+        view = self.sbuf[:size]
+        if size:
+            view.set(_pattern(self.np, size, rank))
+            self.mem.sync()
+        return view
+
+    def recv_slots(self, size: int, nslots: int, peer: int):
+        stride = _stride(size)
+        if size:
+            image = self.np.zeros((nslots, stride), dtype=self.np.uint8)
+            image[:, :size] = ~_pattern(self.np, size, peer)
+            self.rbuf[: nslots * stride].set(image.ravel())
+            self.mem.sync()
+        return [self.rbuf[i * stride : i * stride + size] for i in range(nslots)]
+
+    def count_wrong(self, slots, size: int, peer: int, used: int) -> int:
+        if size == 0:
+            return 0
+        expected = _pattern(self.np, size, peer)
+        return int(sum(int(self.np.count_nonzero(v.get() != expected)) for v in slots[:used]))
 
 
 # ---------------------------------------------------------------- measurements
@@ -418,6 +679,31 @@ def _sum_wrong(MPI, comm, np, rank: int, wrong: int) -> int:
     return wrong + int(cell[0])
 
 
+def pair_devices(MPI, comm, device: int) -> list[int] | None:
+    """Tell rank 0 which devices ranks 0 and 1 use (for the table header).
+
+    Collective over ranks 0 and 1 of ``comm`` (other ranks return None at once).
+
+    Args:
+        MPI: the MPI module.
+        comm: a communicator of at least 2 ranks.
+        device: this rank's device number.
+
+    Returns:
+        ``[device of rank 0, device of rank 1]`` on rank 0, None elsewhere.
+    """
+    import numpy as np
+
+    rank = comm.Get_rank()
+    cell = np.full(1, int(device), dtype=np.int64)
+    if rank == 1:
+        comm.Send([cell.view(np.uint8), MPI.BYTE], 0, _TAG_CHECK)
+    elif rank == 0:
+        comm.Recv([cell.view(np.uint8), MPI.BYTE], 1, _TAG_CHECK)
+        return [int(device), int(cell[0])]
+    return None
+
+
 def run_p2p(
     MPI,
     sizes: Iterable[int] | None = None,
@@ -446,7 +732,10 @@ def run_p2p(
         skip: warm-up iterations per measurement; None means a tenth of ``iters``.
         window: messages in flight per bandwidth iteration (osu_bw's 64).
         quick: reduced iteration counts.
-        buffer: buffer kind; only ``"numpy"`` (host memory) today.
+        buffer: ``"numpy"`` (host memory), ``"sim"`` (simulated device memory) or
+            ``"cupy"`` (CuPy arrays on the current device: bind each rank's GPU
+            first, e.g. ``gpumpi.init(device="auto")``).  ``MPI`` must accept the
+            kind: mpi4py takes CuPy arrays only over a CUDA-aware MPI.
         distinct_recv: give each receive of a bandwidth window its own slot instead
             of OSU's single receive buffer.
         tests: which of ``"latency"``, ``"bw"``, ``"bibw"`` to run.
@@ -460,7 +749,8 @@ def run_p2p(
         ``iters`` (``{test: [iters, skip]}``).  An empty list on other ranks.
 
     Raises:
-        BenchError: bad buffer kind, unknown test, bad window, or fewer than 2 ranks.
+        BenchError: bad buffer kind (or ``cupy`` without CuPy and a GPU), unknown
+            test, bad window, or fewer than 2 ranks.
     """
     check_buffer_kind(buffer)
     for t in tests:
@@ -484,7 +774,10 @@ def run_p2p(
 
     import numpy as np
 
-    bufs = _Buffers(np, sizes, window, distinct_recv)
+    if buffer in DEVICE_BUFFER_KINDS:
+        bufs: _Buffers = _DeviceBuffers(np, _DeviceMemory(buffer), sizes, window, distinct_recv)
+    else:
+        bufs = _Buffers(np, sizes, window, distinct_recv)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -516,6 +809,236 @@ def run_p2p(
         if gc_was_enabled:
             gc.enable()
     comm.Barrier()
+    return rows
+
+
+# ---------------------------------------------------------------- p2p-matrix suite
+
+
+def plan_matrix_iterations(
+    *, iters: int | None = None, skip: int | None = None, quick: bool = False
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The ``(timed, warm-up)`` sample counts of the p2p-matrix suite.
+
+    Args:
+        iters: timed samples of both the warm messages and the local copies;
+            None picks 20 (5 with ``quick``).
+        skip: warm-up samples of both; None picks 3 messages and 2 copies (1 and 1
+            with ``quick``).
+        quick: the reduced counts.
+
+    Returns:
+        ``((warm_iters, warm_skip), (copy_iters, copy_skip))``.
+    """
+    defaults = _MATRIX_QUICK_REPS if quick else _MATRIX_REPS
+    (wn, ww), (cn, cw) = (
+        (max(1, int(iters)) if iters is not None else n, max(0, int(skip)) if skip is not None else w)
+        for n, w in defaults
+    )
+    return (wn, ww), (cn, cw)
+
+
+def _count_wrong_device(np, arr, expected) -> int:
+    return int(np.count_nonzero(arr.get() != expected))
+
+
+def _copy_time(np, mem: _DeviceMemory, size: int, pattern, reps: int, warmup: int, wtime) -> tuple[float, int]:
+    """Median seconds of a device-to-device ``adapter.memcpy`` of ``size`` bytes on the
+    current device, each waited for with ``stream_synchronize``; and the bytes of the
+    destination that differ from ``pattern`` afterwards."""
+    ad = mem.adapter
+    if mem.stream is None:
+        mem.stream = ad.stream_create()
+    s = mem.stream
+    src = ad.alloc(size)
+    dst = ad.alloc(size)
+    try:
+        ad.memcpy(src, pattern.ctypes.data, size, s)
+        ad.stream_synchronize(s)  # the host pattern must outlive the queued copy
+        times = []
+        for k in range(warmup + reps):
+            t0 = wtime()
+            ad.memcpy(dst, src, size, s)
+            ad.stream_synchronize(s)
+            if k >= warmup:
+                times.append(wtime() - t0)
+        back = np.empty(size, dtype=np.uint8)
+        ad.memcpy(back.ctypes.data, dst, size, s)
+        ad.stream_synchronize(s)
+        wrong = int(np.count_nonzero(back != pattern))
+    finally:
+        ad.synchronize()
+        ad.free(src)
+        ad.free(dst)
+    return statistics.median(times), wrong
+
+
+def _matrix_sender(MPI, comm, np, mem: _DeviceMemory, size: int, samples: int, keep: list) -> None:
+    """Rank 0: answer each 'go' of rank 1 with one message of ``size`` bytes from new buffers."""
+    buf = mem.array(size)
+    keep.append(buf)
+    buf.set(_pattern(np, size, 0))
+    mem.sync()
+    go, msg = [np.zeros(0, dtype=np.uint8), MPI.BYTE], [buf, MPI.BYTE]
+    recv, send = comm.Recv, comm.Send
+    for _ in range(samples):
+        recv(go, 1, _TAG_GO)
+        send(msg, 1, _TAG_MATRIX)
+
+
+def _matrix_receiver(MPI, comm, np, mem: _DeviceMemory, size: int, warm: tuple[int, int], keep: list):
+    """Rank 1: cold sample, then ``skip + iters`` warm samples into new buffers.
+
+    Returns:
+        ``(cold seconds, warm sample seconds, wrong bytes)``.
+    """
+    n, w = warm
+    buf = mem.array(size)
+    keep.append(buf)
+    expected = _pattern(np, size, 0)
+    complement = ~expected
+    buf.set(complement)
+    mem.sync()
+    go, msg = [np.zeros(0, dtype=np.uint8), MPI.BYTE], [buf, MPI.BYTE]
+    send, recv, wtime = comm.Send, comm.Recv, MPI.Wtime
+
+    def sample() -> float:
+        t0 = wtime()
+        send(go, 0, _TAG_GO)
+        recv(msg, 0, _TAG_MATRIX)
+        return wtime() - t0
+
+    cold = sample()
+    wrong = _count_wrong_device(np, buf, expected)
+    times = []
+    for k in range(w + n):
+        if k == w + n - 1:  # the last sample lands in a buffer reset to the complement
+            buf.set(complement)
+            mem.sync()
+        dt = sample()
+        if k >= w:
+            times.append(dt)
+    wrong += _count_wrong_device(np, buf, expected)
+    return cold, times, wrong
+
+
+def run_p2p_matrix_pair(
+    MPI,
+    src_device: int,
+    dst_device: int,
+    sizes: Iterable[int] | None = None,
+    *,
+    buffer: str = "sim",
+    iters: int | None = None,
+    skip: int | None = None,
+    quick: bool = False,
+    comm=None,
+    progress: Callable[[int, int, dict], None] | None = None,
+) -> list[dict]:
+    """Measure one ordered device pair of the p2p-matrix suite (nvbandwidth-style).
+
+    Collective over ``comm``: every rank calls it.  Rank 0 binds ``src_device``
+    (``adapter.set_device``) and sends; rank 1 binds ``dst_device`` and receives;
+    other ranks only wait at the closing barrier.  Call it before this process has
+    done anything on a device (binding comes first).  See the module docstring for
+    what cold, warm and copy measure.
+
+    Args:
+        MPI: gpumpi's MPI module (``from gpumpi import MPI``).
+        src_device: device of the sending rank.
+        dst_device: device of the receiving rank (may equal ``src_device``).
+        sizes: message sizes in bytes (each at least 1); None means
+            :data:`MATRIX_SIZES` (:data:`MATRIX_QUICK_SIZES` with ``quick``).
+        buffer: ``"sim"`` (simulated device, one device) or ``"cupy"`` (GPUs).
+        iters: timed samples per size (messages and copies); see
+            :func:`plan_matrix_iterations`.
+        skip: warm-up samples per size.
+        quick: fewer samples.
+        comm: communicator (default ``MPI.COMM_WORLD``); needs at least 2 ranks.
+        progress: called on rank 0 as ``progress(index, count, row)`` after each size.
+
+    Returns:
+        On rank 0, one dict per size: ``src_device``, ``dst_device``, ``size``,
+        ``cold_GBps``, ``warm_GBps``, ``copy_GBps``, ``warm_pct_copy`` (warm as a
+        percentage of copy), ``cold_s``, ``warm_s`` (median), ``copy_s`` (median),
+        ``wrong`` and ``iters`` (``{"warm": [iters, skip], "copy": [iters, skip]}``).
+        An empty list on other ranks.
+
+    Raises:
+        BenchError: not a device buffer kind, CuPy or a GPU missing, no such
+            device, a size below 1, or fewer than 2 ranks.
+    """
+    check_buffer_kind(buffer, "p2p-matrix")
+    if comm is None:
+        comm = MPI.COMM_WORLD
+    nranks = comm.Get_size()
+    if nranks < 2:
+        raise BenchError(f"the p2p-matrix suite needs 2 ranks (got {nranks})")
+    sizes = list(MATRIX_QUICK_SIZES if quick else MATRIX_SIZES) if sizes is None else [int(s) for s in sizes]
+    if not sizes or min(sizes) < 1:
+        raise BenchError(f"p2p-matrix message sizes must be >= 1 byte (got {sizes})")
+    warm, copy = plan_matrix_iterations(iters=iters, skip=skip, quick=quick)
+    rank = comm.Get_rank()
+    rows: list[dict] = []
+    if rank > 1:
+        comm.Barrier()
+        return rows
+
+    import numpy as np
+
+    mem = _DeviceMemory(buffer, own=True)
+    ndev = mem.adapter.device_count()
+    for role, dev in (("source", src_device), ("destination", dst_device)):
+        if not isinstance(dev, int) or not 0 <= dev < ndev:
+            raise BenchError(f"p2p-matrix: no {role} device {dev!r} ({ndev} {buffer} device{'s' if ndev != 1 else ''})")
+    mem.adapter.set_device(src_device if rank == 0 else dst_device)
+    keep: list = []  # every buffer lives until the end: no reused address, no reused IPC handle
+    stats = np.zeros(4, dtype=np.float64)  # rank 1 -> 0: cold s, warm median s, copy median s, wrong
+    wtime = MPI.Wtime
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        # one throwaway message pays the one-time setup (copy streams, interprocess events, slabs)
+        if rank == 0:
+            _matrix_sender(MPI, comm, np, mem, sizes[0], 1, keep)
+        else:
+            _matrix_receiver(MPI, comm, np, mem, sizes[0], (0, 0), keep)
+        for index, size in enumerate(sizes):
+            samples = 1 + warm[0] + warm[1]
+            if rank == 0:
+                _matrix_sender(MPI, comm, np, mem, size, samples, keep)
+                comm.Recv([stats.view(np.uint8), MPI.BYTE], 1, _TAG_STATS)
+                cold, warm_s, copy_s, wrong = (float(v) for v in stats)
+                row = {
+                    "src_device": src_device,
+                    "dst_device": dst_device,
+                    "size": size,
+                    "cold_GBps": size / cold / 1e9 if cold > 0 else None,
+                    "warm_GBps": size / warm_s / 1e9 if warm_s > 0 else None,
+                    "copy_GBps": size / copy_s / 1e9 if copy_s > 0 else None,
+                    "warm_pct_copy": 100.0 * copy_s / warm_s if warm_s > 0 and copy_s > 0 else None,
+                    "cold_s": cold,
+                    "warm_s": warm_s,
+                    "copy_s": copy_s,
+                    "wrong": int(wrong),
+                    "iters": {"warm": list(warm), "copy": list(copy)},
+                }
+                rows.append(row)
+                if progress is not None:
+                    progress(index, len(sizes), row)
+            else:
+                cold, times, wrong = _matrix_receiver(MPI, comm, np, mem, size, warm, keep)
+                pattern = _pattern(np, size, 1)
+                copy_s, bad = _copy_time(np, mem, size, pattern, copy[0], copy[1], wtime)
+                stats[:] = (cold, statistics.median(times), copy_s, wrong + bad)
+                comm.Send([stats.view(np.uint8), MPI.BYTE], 0, _TAG_STATS)
+            gc.collect()
+        comm.Barrier()  # every copy out of, or into, the peer's buffers is over before they are freed
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        del keep[:]
+        mem.release()
     return rows
 
 
@@ -752,7 +1275,7 @@ def run_pack(
             picks 25 (pack) and 10 (strided-send), fewer with ``quick``.
         skip: warm-up repetitions per measurement; None picks the default.
         quick: fewer block sizes and repetitions.
-        buffer: buffer kind; only ``"numpy"`` (host memory) today.
+        buffer: buffer kind; only ``"numpy"`` (host memory).
         types: type families, from :data:`PACK_TYPES`.
         nbytes: packed bytes per type (TEMPI's 1 MiB objects).
         send_blocks: block sizes of strided-send; None means
@@ -775,7 +1298,7 @@ def run_pack(
     Raises:
         BenchError: bad buffer kind, unknown type family, bad block or byte counts.
     """
-    check_buffer_kind(buffer)
+    check_buffer_kind(buffer, "pack")
     for t in types:
         if t not in PACK_TYPES:
             raise BenchError(f"unknown pack type {t!r} (known: {', '.join(PACK_TYPES)})")
@@ -857,8 +1380,39 @@ def metadata(
     buffer: str = "numpy",
     window: int = WINDOW,
     distinct_recv: bool = False,
+    transport: str = "auto",
+    transports_env: str | None = None,
+    devices: Sequence[int] | int | None = None,
 ) -> dict:
-    """Describe a run: implementation, MPI library, ranks, buffers (for JSON and headers)."""
+    """Describe a run: implementation, MPI library, ranks, buffers (for JSON and headers).
+
+    Args:
+        MPI: the measured MPI module.
+        impl: ``"gpumpi"`` or ``"mpi4py"``.
+        suite: ``"p2p"``, ``"pack"`` or ``"p2p-matrix"``.
+        nranks: ranks of the run.
+        buffer: buffer kind.
+        window, distinct_recv: the p2p bandwidth settings.
+        transport: ``--transport`` (recorded for device buffers and p2p-matrix).
+        transports_env: ``GPUMPI_TRANSPORTS`` as the ranks read it (None: not known).
+        devices: p2p: the devices of ranks 0 and 1; p2p-matrix: the node's device count.
+
+    Returns:
+        A dict; the transport keys appear only for device buffers.
+    """
+    device_keys = {}
+    if buffer in DEVICE_BUFFER_KINDS or suite == "p2p-matrix":
+        device_keys = {"transport": transport, "transports_env": transports_env, "devices": devices}
+    if suite == "p2p-matrix":
+        return {
+            "suite": suite,
+            "impl": impl,
+            "library": library_version(MPI),
+            "nranks": nranks,
+            "buffer": buffer,
+            **device_keys,
+            "units": {"size": "B", "bandwidth": "GB/s (1e9 B/s)", "time": "s", "warm_pct_copy": "%"},
+        }
     if suite == "pack":
         return {
             "suite": suite,
@@ -876,6 +1430,7 @@ def metadata(
         "buffer": buffer,
         "window": window,
         "distinct_recv": distinct_recv,
+        **device_keys,
         "units": {"size": "B", "latency": "us", "bandwidth": "GB/s (1e9 B/s)"},
     }
 
@@ -890,8 +1445,38 @@ def _method_line(meta: dict | None) -> str:
     )
 
 
-def _buffer_words(buffer: str) -> str:
-    return {"numpy": "host numpy buffers"}.get(buffer, f"{buffer} buffers")
+_BUFFER_WORDS = {
+    "numpy": "host numpy buffers",
+    "sim": "sim buffers (simulated device memory, SimDeviceArray)",
+    "cupy": "cupy buffers (CUDA device memory)",
+}
+
+# why --compare mpi4py runs on host numpy buffers when gpumpi runs on device buffers
+_REF_HOST_WHY = {
+    "sim": "mpi4py cannot take gpumpi's simulated device memory",
+    "cupy": "mpi4py takes CuPy arrays only over a CUDA-aware MPI, which pip's MPICH is not",
+}
+
+
+def _buffer_words(buffer: str, devices=None) -> str:
+    words = _BUFFER_WORDS.get(buffer, f"{buffer} buffers")
+    if buffer == "cupy" and isinstance(devices, (list, tuple)) and len(devices) >= 2:
+        words += f", rank 0 on GPU {devices[0]}, rank 1 on GPU {devices[1]}"
+    return words
+
+
+def transport_words(meta: dict | None) -> str:
+    """The ``# device transport: ...`` header line of a run on device buffers."""
+    meta = meta or {}
+    transport = meta.get("transport", "auto")
+    env = meta.get("transports_env")
+    if transport == "auto":
+        if env:
+            return f"# device transport: auto, with GPUMPI_TRANSPORTS={env} from the environment"
+        return "# device transport: auto (gpumpi's choice: cuda_ipc where it can, else staging)"
+    forced = {"staging": "every device message is staged through host memory",
+              "cuda_ipc": "cuda_ipc preferred, staging where IPC is impossible"}.get(transport, transport)  # fmt: skip
+    return f"# device transport: {transport} (GPUMPI_TRANSPORTS={env or 'device:' + transport}: {forced})"
 
 
 def _fmt(value, spec: str) -> str:
@@ -937,12 +1522,16 @@ def format_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     """
     if (meta and meta.get("suite") == "pack") or any("test" in r for r in rows):
         return format_pack_table(rows, meta)
+    if (meta and meta.get("suite") == "p2p-matrix") or any("src_device" in r for r in rows):
+        return format_matrix_table(rows, meta)
     out = []
     if meta:
-        out.append(
-            f"# {meta['impl']} {meta.get('suite', 'p2p')}, {meta['nranks']} ranks, {_buffer_words(meta.get('buffer', 'numpy'))}"
-        )
+        buffer = meta.get("buffer", "numpy")
+        words = _buffer_words(buffer, meta.get("devices"))
+        out.append(f"# {meta['impl']} {meta.get('suite', 'p2p')}, {meta['nranks']} ranks, {words}")
         out.append(f"# MPI library: {meta.get('library', 'unknown')}")
+        if buffer in DEVICE_BUFFER_KINDS:
+            out.append(transport_words(meta))
     out.append(_method_line(meta))
     columns = [("size", "(B)"), ("latency", "(us)"), ("bw", "(GB/s)"), ("bibw", "(GB/s)"), ("#wrong", "")]
     cells = [
@@ -1029,10 +1618,25 @@ def format_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict) -> 
     a, b = meta["impl"], ref_meta["impl"]
     if a == b:
         b = b + "'"
+    buf, ref_buf = meta.get("buffer", "numpy"), ref_meta.get("buffer", "numpy")
+    if buf == ref_buf:
+        buffers = _buffer_words(buf, meta.get("devices"))
+    else:
+        mine, theirs = _buffer_words(buf, meta.get("devices")), _buffer_words(ref_buf, ref_meta.get("devices"))
+        buffers = f"{a} on {mine}, {b} on {theirs}"
     out = [
-        f"# {a} vs {b} {meta.get('suite', 'p2p')}, {meta['nranks']} ranks, {_buffer_words(meta.get('buffer', 'numpy'))}",
+        f"# {a} vs {b} {meta.get('suite', 'p2p')}, {meta['nranks']} ranks, {buffers}",
         f"# {a} MPI library: {meta.get('library', 'unknown')}",
         f"# {b} MPI library: {ref_meta.get('library', 'unknown')}",
+    ]
+    for side, m, other in ((a, meta, ref_buf), (b, ref_meta, buf)):
+        kind = m.get("buffer", "numpy")
+        if kind in DEVICE_BUFFER_KINDS:
+            out.append(transport_words(m).replace("# device transport", f"# {side} device transport", 1))
+        if kind != other and other in _REF_HOST_WHY and kind == "numpy":
+            out.append(f"# {side} ran on host numpy buffers: {_REF_HOST_WHY[other]}; "
+                       "the ratios compare device-to-device with host-to-host messages")
+    out += [
         _method_line(meta),
         f"# speedup = {b} latency / {a} latency; bw ratio = {a} bw / {b} bw; >1 means {a} is better",
     ]
@@ -1074,6 +1678,8 @@ def format_progress(index: int, count: int, row: dict, impl: str = "") -> str:
     """One progress line for stderr, e.g. ``# mpi4py p2p [3/5] 65536 B: lat 12.30 us ...``."""
     if "test" in row:
         return format_pack_progress(index, count, row, impl)
+    if "src_device" in row:
+        return format_matrix_progress(index, count, row, impl)
     who = f"{impl} p2p" if impl else "p2p"
     parts = [f"# {who} [{index + 1}/{count}] {row['size']} B:"]
     if row.get("latency_us") is not None:
@@ -1082,6 +1688,97 @@ def format_progress(index: int, count: int, row: dict, impl: str = "") -> str:
         parts.append(f"bw {row['bw_GBps']:.4f} GB/s")
     if row.get("bibw_GBps") is not None:
         parts.append(f"bibw {row['bibw_GBps']:.4f} GB/s")
+    if row.get("wrong"):
+        parts.append(f"WRONG {row['wrong']}")
+    return " ".join(parts)
+
+
+# ---------------------------------------------------------------- p2p-matrix reporting
+
+
+def _matrix_rows_sorted(rows: Sequence[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: (r["src_device"], r["dst_device"], r["size"]))
+
+
+def _matrix_method_lines(rows: Sequence[dict], meta: dict | None = None) -> list[str]:
+    warms = sorted({tuple(r["iters"]["warm"]) for r in rows if r.get("iters")})
+    copies = sorted({tuple(r["iters"]["copy"]) for r in rows if r.get("iters")})
+    warm = "; ".join(f"median of {n} after {w} warm-up" for n, w in warms) or "median"
+    copy = "; ".join(f"median of {n} after {w} warm-up" for n, w in copies) or "median"
+    return [
+        "# pairs: rank 0 sends from GPU src, rank 1 receives on GPU dst (one 2-rank job per ordered pair); GB = 1e9 B",
+        "# a message is timed on the receiver, from its zero-byte 'go' to the sender until Recv returns",
+        "# cold: the first message of newly allocated buffers ("
+        + ("" if (meta or {}).get("transport") == "staging" else "with cuda_ipc it exports and opens their IPC handle; ")
+        + "one-time setup paid earlier by a throwaway message)",
+        f"# warm: the same buffers again, {warm}",
+        f"# copy: adapter.memcpy device to device of the same size on GPU dst, to stream_synchronize; {copy}",
+        "# warm/copy: warm bandwidth as a percentage of copy bandwidth",
+    ]
+
+
+def _matrix_grid_lines(rows: Sequence[dict], ndev: int) -> list[str]:
+    """nvbandwidth-style grids of warm GB/s, one per size: rows = src, columns = dst."""
+    out = []
+    for size in sorted({r["size"] for r in rows}):
+        cell = {(r["src_device"], r["dst_device"]): r.get("warm_GBps") for r in rows if r["size"] == size}
+        out.append(f"# warm bandwidth (GB/s) at {size} B: rows = src GPU, columns = dst GPU")
+        columns = [("src\\dst", "")] + [(str(j), "") for j in range(ndev)]
+        cells = [[str(i)] + [_fmt(cell.get((i, j)), ".2f") for j in range(ndev)] for i in range(ndev)]
+        out.extend(ln for ln in format_columns(columns, cells) if ln.strip("# "))
+    return out
+
+
+def format_matrix_table(rows: Sequence[dict], meta: dict | None = None) -> str:
+    """Format p2p-matrix results (:func:`run_p2p_matrix_pair`, all pairs) as an aligned table.
+
+    Args:
+        rows: rows of every measured pair.
+        meta: the run's :func:`metadata` (``devices`` is the node's device count);
+            None prints only the columns.
+
+    Returns:
+        The header, one line per (src, dst, size), a warm-bandwidth grid per size
+        when there is more than one device, and a ``# Wrong values`` footer.
+    """
+    rows = _matrix_rows_sorted(rows)
+    out = []
+    ndev = None
+    if meta:
+        ndev = meta.get("devices")
+        kind = meta.get("buffer", "sim")
+        what = "simulated device" if kind == "sim" else "GPU"
+        count = f"{ndev} {what}{'s' if ndev != 1 else ''}" if isinstance(ndev, int) else "devices"
+        out.append(f"# {meta['impl']} p2p-matrix, {count}, {_buffer_words(kind)}")
+        out.append(f"# MPI library: {meta.get('library', 'unknown')}")
+        out.append(transport_words(meta))
+    out.extend(_matrix_method_lines(rows, meta))
+    columns = [("src", ""), ("dst", ""), ("size", "(B)"), ("cold", "(GB/s)"), ("warm", "(GB/s)"), ("copy", "(GB/s)"),
+               ("warm/copy", "(%)"), ("#wrong", "")]  # fmt: skip
+    cells = [
+        [str(r["src_device"]), str(r["dst_device"]), str(r["size"]), _fmt(r.get("cold_GBps"), ".4f"),
+         _fmt(r.get("warm_GBps"), ".4f"), _fmt(r.get("copy_GBps"), ".4f"), _fmt(r.get("warm_pct_copy"), ".1f"),
+         str(r.get("wrong", 0))]
+        for r in rows
+    ]  # fmt: skip
+    out.extend(format_columns(columns, cells))
+    if ndev is None:
+        ndev = 1 + max([max(r["src_device"], r["dst_device"]) for r in rows] or [0])
+    if ndev > 1:
+        out.extend(_matrix_grid_lines(rows, ndev))
+    out.append(_wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
+    return "\n".join(out)
+
+
+def format_matrix_progress(index: int, count: int, row: dict, impl: str = "") -> str:
+    """One progress line for stderr, e.g. ``# gpumpi p2p-matrix 0->1 [2/3] 16777216 B: cold ... GB/s ...``."""
+    who = f"{impl} p2p-matrix" if impl else "p2p-matrix"
+    parts = [f"# {who} {row['src_device']}->{row['dst_device']} [{index + 1}/{count}] {row['size']} B:"]
+    for key, label in (("cold_GBps", "cold"), ("warm_GBps", "warm"), ("copy_GBps", "copy")):
+        if row.get(key) is not None:
+            parts.append(f"{label} {row[key]:.4f} GB/s")
+    if row.get("warm_pct_copy") is not None:
+        parts.append(f"warm/copy {row['warm_pct_copy']:.1f}%")
     if row.get("wrong"):
         parts.append(f"WRONG {row['wrong']}")
     return " ".join(parts)

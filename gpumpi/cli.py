@@ -15,8 +15,20 @@ Theory of operation
   launcher's ``PMI_*``/``OMPI_*``/``PMIX_*`` variables are set): imports the chosen
   MPI module and runs the suite; rank 0 prints the table or writes the JSON.
 
-Arguments are validated before anything is launched, so a bad suite or buffer kind
-fails at once with a one-line message and exit status 2.
+Device buffers (``--buffer sim|cupy``) are gpumpi's: its ranks get
+``GPUMPI_DEVICE`` (``sim``, or ``auto`` for CuPy, which binds GPU
+``local_rank % ngpus``) and, with ``--transport cuda_ipc|staging``,
+``GPUMPI_TRANSPORTS=device:<name>``, in the launcher's environment and again in
+``os.environ`` before ``gpumpi.MPI`` is imported (so a run started by hand under
+``gpumpirun`` gets them too).  mpi4py runs always use host numpy buffers: with
+``--compare mpi4py`` the header says so.
+
+``p2p-matrix`` starts one 2-rank gpumpi job per ordered pair of devices
+(``--_pair SRC,DST`` tells the job which) and prints one table of all pairs.
+
+Arguments are validated before anything is launched, so a bad suite, buffer kind
+or transport, or CuPy buffers without CuPy and a GPU, fail at once with a
+one-line message and exit status 2.
 """
 
 from __future__ import annotations
@@ -78,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Isend + ack) and bidirectional bandwidth between ranks 0 and 1. Suite pack (TEMPI-style): "
             "Datatype.Pack/Unpack throughput of 1 MiB in blocks of 1 B ... 1 KiB (vector, indexed, subarray) "
             "and first-use time on rank 0, plus strided-send on ranks 0 and 1 (2 ranks). "
-            "Results are checked for wrong values. GB = 1e9 B."
+            "Suite p2p-matrix (nvbandwidth-style): unidirectional device-to-device bandwidth between every "
+            "ordered pair of GPUs of the node, cold (first message), warm (median) and as a percentage of a "
+            "local device copy. Results are checked for wrong values. GB = 1e9 B."
         ),
     )
     b.add_argument("suite", nargs="?", default="p2p", help=f"suite to run (default p2p; known: {', '.join(bench.SUITES)})")
@@ -109,12 +123,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="give each receive of a bandwidth window its own buffer slot (default: one buffer, as OSU)",
     )
-    b.add_argument("--buffer", default="numpy", help="buffer kind (default numpy: host memory)")
+    b.add_argument(
+        "--buffer",
+        default=None,
+        help="buffer kind: numpy (host memory; the default of p2p and pack), sim (simulated device memory) or cupy "
+        "(CuPy arrays on the rank's GPU); p2p-matrix: sim or cupy, default cupy when CuPy sees a GPU, else sim",
+    )
+    b.add_argument(
+        "--transport",
+        default="auto",
+        help="device transport of gpumpi's device messages: auto (gpumpi's choice), cuda_ipc or staging "
+        "(sets GPUMPI_TRANSPORTS=device:<name> for the ranks; device buffers only)",
+    )
     b.add_argument("--json", default=None, metavar="PATH", help="save the results as JSON")
     b.add_argument("--csv", default=None, metavar="PATH", help="save the results as CSV")
     b.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     b.add_argument("--_inner", action="store_true", dest="inner", help=argparse.SUPPRESS)
     b.add_argument("--_json", default=None, dest="inner_json", help=argparse.SUPPRESS)
+    b.add_argument("--_pair", default=None, dest="pair", help=argparse.SUPPRESS)
 
     sub.add_parser("info", help="show versions, optional packages, configuration and IPC capability")
     return p
@@ -123,17 +149,49 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------- bench
 
 
+def _default_buffer(suite: str) -> str:
+    if suite != "p2p-matrix":
+        return "numpy"
+    return "cupy" if bench.cupy_status()[0] else "sim"
+
+
+def parse_pair(text: str) -> tuple[int, int]:
+    """Parse the ``--_pair SRC,DST`` of one p2p-matrix job.
+
+    Raises:
+        CLIError: not two non-negative integers.
+    """
+    parts = text.split(",")
+    try:
+        src, dst = (int(p, 10) for p in parts)
+    except ValueError:
+        raise CLIError(f"--_pair: expected SRC,DST device numbers ({text!r})") from None
+    if src < 0 or dst < 0:
+        raise CLIError(f"--_pair: device numbers must be >= 0 ({text!r})")
+    return src, dst
+
+
 def _validate(args) -> list[int]:
     if args.suite not in bench.SUITES:
         raise CLIError(f"unknown suite {args.suite!r} (available: {', '.join(bench.SUITES)})")
+    matrix = args.suite == "p2p-matrix"
     try:
-        bench.check_buffer_kind(args.buffer)
+        bench.check_transport(args.transport)
+        if args.buffer is not None:
+            bench.check_buffer_kind(args.buffer, args.suite)
         if args.suite == "pack":
             sizes = bench.parse_blocks(args.sizes, quick=args.quick)
+        elif matrix:
+            sizes = bench.parse_matrix_sizes(args.sizes, quick=args.quick)
         else:
             sizes = bench.parse_sizes(args.sizes, quick=args.quick)
     except bench.BenchError as e:
         raise CLIError(str(e)) from None
+    if matrix:
+        if args.np != 2:
+            raise CLIError(f"the p2p-matrix suite runs 2 ranks per device pair (got -n {args.np})")
+        if args.impl != "gpumpi" or args.compare:
+            raise CLIError("the p2p-matrix suite measures gpumpi only (no --impl mpi4py, no --compare)")
     min_ranks = 1 if args.suite == "pack" else 2
     if args.np < min_ranks:
         raise CLIError(f"the {args.suite} suite needs at least {min_ranks} rank{'s' if min_ranks > 1 else ''} (got -n {args.np})")
@@ -145,15 +203,87 @@ def _validate(args) -> list[int]:
         raise CLIError(f"--skip must be >= 0 (got {args.skip})")
     if args.window < 1:
         raise CLIError(f"--window must be >= 1 (got {args.window})")
+    if args.pair is not None:
+        if not matrix:
+            raise CLIError(f"--_pair applies to the p2p-matrix suite only, not {args.suite}")
+        parse_pair(args.pair)
+    if args.buffer is None:
+        args.buffer = _default_buffer(args.suite)
+    device = args.buffer in bench.DEVICE_BUFFER_KINDS
+    if args.transport != "auto" and not device:
+        raise CLIError(f"--transport {args.transport} applies to device buffers (--buffer sim or cupy), not {args.buffer}")
+    if device and "gpumpi" not in (args.impl, args.compare):
+        raise CLIError(
+            f"--buffer {args.buffer}: mpi4py runs use host numpy buffers; measure gpumpi "
+            f"(--impl gpumpi, optionally --compare mpi4py)"
+        )
+    try:
+        bench.check_device_buffers(args.buffer)
+    except bench.BenchError as e:
+        raise CLIError(str(e)) from None
     return sizes
 
 
-def _import_mpi(impl: str):
+def rank_env(args, impl: str, environ=None) -> dict:
+    """The environment variables that the ranks of ``impl`` need for this run.
+
+    gpumpi with device buffers: ``GPUMPI_DEVICE`` (``sim`` for sim buffers, ``auto``
+    for CuPy) and, unless ``--transport auto``, ``GPUMPI_TRANSPORTS`` with its
+    device item replaced (:func:`gpumpi.bench.transports_setting`).  Nothing for
+    mpi4py or host buffers.
+
+    Args:
+        args: the parsed, validated ``bench`` arguments.
+        impl: ``"gpumpi"`` or ``"mpi4py"``.
+        environ: the environment to start from (default ``os.environ``).
+    """
+    environ = os.environ if environ is None else environ
+    if impl != "gpumpi" or args.buffer not in bench.DEVICE_BUFFER_KINDS:
+        return {}
+    env = {"GPUMPI_DEVICE": "sim" if args.buffer == "sim" else "auto"}
+    if args.transport != "auto":
+        env["GPUMPI_TRANSPORTS"] = bench.transports_setting(args.transport, environ.get("GPUMPI_TRANSPORTS", ""))
+    return env
+
+
+def _import_mpi(impl: str, args=None):
     if impl == "mpi4py":
         from mpi4py import MPI
-    else:
-        from gpumpi import MPI
+
+        return MPI
+    wanted = rank_env(args, impl) if args is not None else {}
+    if wanted and "gpumpi.MPI" not in sys.modules:
+        os.environ.update(wanted)  # read once, when gpumpi.MPI initialises below
+    import gpumpi
+    from gpumpi import MPI, _config
+
+    if args is not None and args.buffer in bench.DEVICE_BUFFER_KINDS:
+        if args.suite == "p2p-matrix":
+            gpumpi.init(device="sim" if args.buffer == "sim" else "none")  # the suite binds each rank's GPU
+        else:
+            gpumpi.init(device="sim" if args.buffer == "sim" else "auto")  # GPU local_rank % ngpus
+    want = wanted.get("GPUMPI_TRANSPORTS")
+    have = _config.get().transports
+    if want is not None and have != want:
+        raise bench.BenchError(
+            f"--transport {args.transport}: gpumpi was initialised with GPUMPI_TRANSPORTS={have!r} "
+            f"before the option could apply (needs {want!r})"
+        )
     return MPI
+
+
+def _transports_env(impl: str) -> str | None:
+    if impl != "gpumpi":
+        return None
+    from gpumpi import _config
+
+    return _config.get().transports or None
+
+
+def _device_of(buffer: str) -> int:
+    from gpumpi import _cuda
+
+    return (_cuda.sim_adapter() if buffer == "sim" else _cuda.adapter()).current_device()
 
 
 def _document(meta: dict, rows: list[dict]) -> dict:
@@ -163,10 +293,15 @@ def _document(meta: dict, rows: list[dict]) -> dict:
 def _run_inner(args, sizes: list[int]) -> int:
     if args.compare:
         raise CLIError("--compare starts its own launches; run it from a shell, not inside a job")
-    MPI = _import_mpi(args.impl)
+    if args.suite == "p2p-matrix":
+        return _run_matrix_inner(args, sizes)
+    MPI = _import_mpi(args.impl, args)
     comm = MPI.COMM_WORLD
     rank, nranks = comm.Get_rank(), comm.Get_size()
     progress = bench.stderr_progress(args.impl) if rank == 0 and not args.quiet else None
+    devices = None
+    if args.buffer in bench.DEVICE_BUFFER_KINDS and rank <= 1:
+        devices = bench.pair_devices(MPI, comm, _device_of(args.buffer))
     if args.suite == "pack":
         rows = bench.run_pack(
             MPI, sizes, iters=args.iters, skip=args.skip, quick=args.quick, buffer=args.buffer, comm=comm, progress=progress
@@ -194,13 +329,41 @@ def _run_inner(args, sizes: list[int]) -> int:
         buffer=args.buffer,
         window=args.window,
         distinct_recv=args.distinct_recv,
+        transport=args.transport,
+        transports_env=_transports_env(args.impl),
+        devices=devices,
     )
+    return _emit(args, meta, rows)
+
+
+def _emit(args, meta: dict, rows: list[dict]) -> int:
     if args.inner_json:
         bench.write_json(args.inner_json, _document(meta, rows))
     else:
         print(bench.format_table(rows, meta), flush=True)
         _save(args, _document(meta, rows), rows, {"impl": args.impl})
     return 1 if any(r["wrong"] for r in rows) else 0
+
+
+def _run_matrix_inner(args, sizes: list[int]) -> int:
+    if args.pair is None:
+        raise CLIError("p2p-matrix starts one job per device pair; run it from a shell, not inside a job")
+    src, dst = parse_pair(args.pair)
+    MPI = _import_mpi("gpumpi", args)
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    progress = bench.stderr_progress("gpumpi") if rank == 0 and not args.quiet else None
+    rows = bench.run_p2p_matrix_pair(
+        MPI, src, dst, sizes, buffer=args.buffer, iters=args.iters, skip=args.skip, quick=args.quick, comm=comm,
+        progress=progress,
+    )  # fmt: skip
+    if rank != 0:
+        return 0
+    meta = bench.metadata(
+        MPI, "gpumpi", suite="p2p-matrix", nranks=comm.Get_size(), buffer=args.buffer, transport=args.transport,
+        transports_env=_transports_env("gpumpi"), devices=bench.device_count(args.buffer),
+    )  # fmt: skip
+    return _emit(args, meta, rows)
 
 
 def _save(args, document: dict, rows: list[dict], extra: dict) -> None:
@@ -210,9 +373,18 @@ def _save(args, document: dict, rows: list[dict], extra: dict) -> None:
         bench.write_csv(args.csv, rows, extra)
 
 
-def inner_argv(args, impl: str, json_path: str) -> list[str]:
-    """The ``bench`` arguments of one inner run (``--compare``, ``--json``, ``--csv`` stay outside)."""
-    argv = ["bench", args.suite, "--impl", impl, "--buffer", args.buffer, "--window", str(args.window)]
+def inner_argv(args, impl: str, json_path: str, pair: tuple[int, int] | None = None) -> list[str]:
+    """The ``bench`` arguments of one inner run (``--compare``, ``--json``, ``--csv`` stay outside).
+
+    mpi4py runs get ``--buffer numpy`` whatever ``--buffer`` says (gpumpi's device
+    buffers are not mpi4py's); ``pair`` is the ``(src, dst)`` of one p2p-matrix job.
+    """
+    buffer = (args.buffer or _default_buffer(args.suite)) if impl == "gpumpi" else "numpy"
+    argv = ["bench", args.suite, "--impl", impl, "--buffer", buffer, "--window", str(args.window)]
+    if impl == "gpumpi" and buffer in bench.DEVICE_BUFFER_KINDS and args.transport != "auto":
+        argv += ["--transport", args.transport]
+    if pair is not None:
+        argv += ["--_pair", f"{pair[0]},{pair[1]}"]
     if args.sizes is not None:
         argv += ["--sizes", args.sizes]
     if args.iters is not None:
@@ -253,16 +425,42 @@ def launch_command(impl: str, np: int, argv: list[str]) -> list[str]:
     return [mpiexec, "-n", str(np), *prog]
 
 
-def _child_env() -> dict:
+def _child_env(args=None, impl: str = "gpumpi") -> dict:
     env = dict(os.environ)
     # the children import the same gpumpi as this process, wherever it lives
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     old = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = root + (os.pathsep + old if old else "")
+    if args is not None:
+        env.update(rank_env(args, impl, os.environ))
     return env
 
 
+def _run_matrix_outer(args) -> int:
+    ndev = bench.device_count(args.buffer)
+    pairs = [(i, j) for i in range(ndev) for j in range(ndev)]
+    docs = []
+    with tempfile.TemporaryDirectory(prefix="gpumpi-bench-") as tmp:
+        for src, dst in pairs:
+            path = os.path.join(tmp, f"pair-{src}-{dst}.json")
+            cmd = launch_command("gpumpi", 2, inner_argv(args, "gpumpi", path, (src, dst)))
+            rc = subprocess.call(cmd, env=_child_env(args, "gpumpi"))
+            if not os.path.exists(path):
+                print(f"gpumpi bench: the p2p-matrix job of devices {src} -> {dst} failed (exit status {rc})",
+                      file=sys.stderr)  # fmt: skip
+                return rc if rc > 0 else 1
+            docs.append(bench.read_json(path))
+    rows = [r for d in docs for r in d["results"]]
+    meta = {k: v for k, v in docs[0].items() if k != "results"}
+    meta["pairs"] = [list(p) for p in pairs]
+    print(bench.format_table(rows, meta), flush=True)
+    _save(args, {**meta, "results": rows}, rows, {"impl": "gpumpi"})
+    return 1 if any(r.get("wrong") for r in rows) else 0
+
+
 def _run_outer(args) -> int:
+    if args.suite == "p2p-matrix":
+        return _run_matrix_outer(args)
     impls = [args.impl] + ([args.compare] if args.compare else [])
     with tempfile.TemporaryDirectory(prefix="gpumpi-bench-") as tmp:
         plans = []
@@ -271,7 +469,7 @@ def _run_outer(args) -> int:
             plans.append((impl, path, launch_command(impl, args.np, inner_argv(args, impl, path))))
         docs, status = [], 0
         for impl, path, cmd in plans:
-            rc = subprocess.call(cmd, env=_child_env())
+            rc = subprocess.call(cmd, env=_child_env(args, impl))
             if not os.path.exists(path):
                 print(f"gpumpi bench: the {impl} run failed (exit status {rc})", file=sys.stderr)
                 return rc if rc > 0 else 1
@@ -422,7 +620,11 @@ def info_lines() -> list[str]:
     lines.append(f"cross-memory attach: {'available' if ok else 'unavailable'} ({why})")
     from ._runtime import query_gpu_support  # initialises nothing: reads the driver
 
-    q = query_gpu_support()
+    try:
+        q = query_gpu_support()
+    except ValueError as e:  # a bad GPUMPI_* value: reported above, the rest of the report still prints
+        lines.append(f"devices: unknown ({e})")
+        return lines
     where = f"{q['gpus']} GPU(s), CuPy" if q["cuda"] else ("simulated device memory (no usable CUDA driver"
                                                             f"{'' if q['cupy'] else ', cupy not installed'})")
     lines.append(f"devices: {where}; device transports {', '.join(q['transports']['device'])}; "

@@ -112,11 +112,12 @@ def test_plan_iterations_scales_down_large_messages():
 
 
 def test_check_buffer_kind():
-    bench.check_buffer_kind("numpy")
-    with pytest.raises(bench.BenchError, match="buffer kind 'cupy' not supported yet"):
-        bench.check_buffer_kind("cupy")
-    with pytest.raises(bench.BenchError, match="unknown buffer kind 'bogus'"):
+    for kind in ("numpy", "sim", "cupy"):
+        bench.check_buffer_kind(kind)
+    with pytest.raises(bench.BenchError, match=r"unknown buffer kind 'bogus' \(supported: numpy, sim, cupy\)"):
         bench.check_buffer_kind("bogus")
+    with pytest.raises(bench.BenchError, match="unknown buffer kind 'numba'"):
+        bench.check_buffer_kind("numba")
 
 
 def test_pattern_and_sentinel_differ_everywhere():
@@ -231,16 +232,15 @@ def test_bench_module_imports_nothing_heavy():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["bench", "nope"], "gpumpi bench: unknown suite 'nope' (available: p2p, pack)"),
+        (["bench", "nope"], "gpumpi bench: unknown suite 'nope' (available: p2p, pack, p2p-matrix)"),
         (["bench", "pack", "--sizes", "3"], "pack block size 3 does not divide the 1048576 packed bytes"),
         (["bench", "pack", "--sizes", "0,8"], "pack block size 0 does not divide"),
         (["bench", "pack", "--sizes", "2K:4K"], "selects no block size"),
         (["bench", "pack", "-n", "0"], "the pack suite needs at least 1 rank (got -n 0)"),
         (["bench", "pack", "--window", "8"], "--window and --distinct-recv apply to the p2p suite only, not pack"),
         (["bench", "pack", "--distinct-recv"], "apply to the p2p suite only"),
-        (["bench", "pack", "--buffer", "cupy"], "buffer kind 'cupy' not supported yet"),
-        (["bench", "--buffer", "cupy"], "bench: buffer kind 'cupy' not supported yet"),
-        (["bench", "--buffer", "sim"], "bench: buffer kind 'sim' not supported yet"),
+        (["bench", "pack", "--buffer", "cupy"], "bench: the pack suite runs on host numpy buffers only (--buffer cupy)"),
+        (["bench", "pack", "--buffer", "sim"], "the pack suite runs on host numpy buffers only (--buffer sim)"),
         (["bench", "--buffer", "bogus"], "bench: unknown buffer kind 'bogus'"),
         (["bench", "-n", "1"], "needs at least 2 ranks"),
         (["bench", "--sizes", "9:3"], "min 9 > max 3"),
@@ -259,9 +259,9 @@ def test_argument_errors(argv, message, capsys):
 
 
 def test_argument_errors_from_the_console_module():
-    out = _run([sys.executable, "-m", "gpumpi.cli", "bench", "--buffer", "cupy"], timeout=60)
+    out = _run([sys.executable, "-m", "gpumpi.cli", "bench", "--buffer", "bogus"], timeout=60)
     assert out.returncode == 2
-    assert out.stderr.strip() == "gpumpi bench: buffer kind 'cupy' not supported yet"
+    assert out.stderr.strip() == "gpumpi bench: unknown buffer kind 'bogus' (supported: numpy, sim, cupy)"
     assert out.stdout == ""
 
 
@@ -635,7 +635,7 @@ def test_run_pack_argument_errors():
         bench.run_pack(MPI, [3], nbytes=1024)
     with pytest.raises(bench.BenchError, match="strided-send block size 5 does not divide"):
         bench.run_pack(MPI, [8], send_blocks=[5])
-    with pytest.raises(bench.BenchError, match="not supported yet"):
+    with pytest.raises(bench.BenchError, match=r"the pack suite runs on host numpy buffers only \(--buffer cupy\)"):
         bench.run_pack(MPI, [8], buffer="cupy")
 
 
