@@ -25,8 +25,16 @@ GPUMPI_TYPECHECK      0: do not check that a receive's basic type matches the me
 GPUMPI_CHUNK          bytes per chunk of the staged (no-CMA) pipeline (default 65536).
 GPUMPI_DEBUG          1: extra checks.
 GPUMPI_PROFILE        1: count calls, bytes and time per operation; summary at finalize.
-GPUMPI_STREAM_MODE    safe (default) or none.
-GPUMPI_TRANSPORTS     e.g. "host:shm,device:staging" to force transport choice.
+GPUMPI_STAGE_CHUNK    bytes per chunk of the device staging pipeline (default 1 MiB; at most a
+                      quarter of the ring, so two chunks are always in flight).
+GPUMPI_STREAM_MODE    safe (default): device operations are ordered after the producer's stream
+                      with events, and completed receives are visible to the host and the
+                      consumer's stream; none: no ordering (mpi4py on a CUDA-aware MPI: the user
+                      synchronizes before sending).
+GPUMPI_TRANSPORTS     transport choice per memory kind, in order of preference, e.g.
+                      "device:staging" (every device message through host staging) or
+                      "host:shm,device:cuda_ipc+staging" (the default).  Kinds: host (shm),
+                      device (cuda_ipc, staging; staging is always kept as the last resort).
 GPUMPI_DEVICE         auto (default), sim, or none.
 GPUMPI_ASYNC_PROGRESS 1: start a progress thread.
 GPUMPI_NVTX           0: disable NVTX ranges even when nvtx is importable (default 1).
@@ -55,6 +63,7 @@ class Config:
     cma: bool = True
     typecheck: bool = True
     chunk: int = 65536
+    stage_chunk: int = 1 << 20
     debug: bool = False
     profile: bool = False
     stream_mode: str = "safe"
@@ -92,6 +101,8 @@ def _read(env) -> Config:
     mode = env.get("GPUMPI_STREAM_MODE", "safe").strip().lower() or "safe"
     if mode not in ("safe", "none"):
         raise ValueError(f"gpumpi: GPUMPI_STREAM_MODE must be 'safe' or 'none' ({mode!r})")
+    transports = env.get("GPUMPI_TRANSPORTS", "")
+    parse_transports(transports)  # a typo fails at start-up, not at the first device message
     return Config(
         rank=rank,
         size=size,
@@ -106,15 +117,49 @@ def _read(env) -> Config:
         cma=_bool(env, "GPUMPI_CMA", True),
         typecheck=_bool(env, "GPUMPI_TYPECHECK", True),
         chunk=max(4096, _int(env, "GPUMPI_CHUNK", 65536)),
+        stage_chunk=max(4096, _int(env, "GPUMPI_STAGE_CHUNK", 1 << 20)),
         debug=_bool(env, "GPUMPI_DEBUG", False),
         profile=_bool(env, "GPUMPI_PROFILE", False),
         stream_mode=mode,
-        transports=env.get("GPUMPI_TRANSPORTS", ""),
+        transports=transports,
         device=env.get("GPUMPI_DEVICE", "auto").strip().lower() or "auto",
         async_progress=_bool(env, "GPUMPI_ASYNC_PROGRESS", False),
         nvtx=_bool(env, "GPUMPI_NVTX", True),
         faulthandler=_bool(env, "GPUMPI_FAULTHANDLER", True),
     )
+
+
+TRANSPORTS = {"host": ("shm",), "device": ("cuda_ipc", "staging")}
+
+
+def parse_transports(text: str) -> dict:
+    """``GPUMPI_TRANSPORTS`` as ``{kind: names in order of preference}`` (defaults for kinds not named).
+
+    ``"device:staging"`` gives ``{"host": ("shm",), "device": ("staging",)}``; names of one
+    kind are joined by ``+`` (or given as repeated ``kind:name`` items).  The device list
+    always ends with ``staging``, which reaches every peer.
+    """
+    named: dict = {}
+    for item in text.replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        kind, sep, names = item.partition(":")
+        kind = kind.strip().lower()
+        if not sep or kind not in TRANSPORTS:
+            raise ValueError(f"gpumpi: GPUMPI_TRANSPORTS items are kind:name with kind host or device ({item!r})")
+        for name in names.split("+"):
+            name = name.strip().lower()
+            if name not in TRANSPORTS[kind]:
+                raise ValueError(f"gpumpi: GPUMPI_TRANSPORTS: unknown {kind} transport {name!r} "
+                                 f"(known: {', '.join(TRANSPORTS[kind])})")
+            lst = named.setdefault(kind, [])
+            if name not in lst:
+                lst.append(name)
+    out = {k: tuple(named.get(k) or v) for k, v in TRANSPORTS.items()}
+    if out["device"][-1] != "staging":
+        out["device"] = (*[n for n in out["device"] if n != "staging"], "staging")
+    return out
 
 
 _cached: list = [None]

@@ -25,10 +25,12 @@ Interface (both classes; ``s``: a stream or None for :meth:`current_stream`)::
     alloc(n) -> addr        free(addr)      device memory (free takes any device kind)
     alloc_managed(n)        alloc_pool(n, stream=None)   memory CUDA IPC cannot export
     alloc_host(n) -> addr   free_host(addr) page-locked host memory
+    host_register(addr, n)  host_unregister(addr)  page-lock existing host memory (staging slabs)
     pointer_info(addr) -> PointerInfo(kind, device, base, size, ipc_capable)
     ipc_export(addr) -> (handle: 64 bytes, offset)   ipc_open(handle) -> base   ipc_close(base)
     memcpy(dst, src, n, stream=None)        asynchronous, any direction (cudaMemcpyDefault)
     stream_create() stream_synchronize(s) stream_wait_event(s, e) current_stream()
+    check_stream(s) -> s                    TypeError unless s is a stream this adapter can use
     event_create(interprocess=False) event_record(e, s=None) event_query(e) -> bool
     event_synchronize(e) event_destroy(e) ipc_event_export(e) -> bytes ipc_event_open(b) -> event
     launch_host_func(s, fn)                 run fn() in stream order (cudaLaunchHostFunc)
@@ -140,6 +142,7 @@ __all__ = [
     "adapter",
     "sim_adapter",
     "cupy_adapter",
+    "driver_pointer_info",
     "HANDLE_SIZE",
 ]
 
@@ -453,6 +456,7 @@ class SimAdapter:
         self._bases: list[int] = []  # sorted allocation bases
         self._serial = 0
         self._opened: dict[bytes, _Alloc] = {}  # handle -> mapping opened from a peer
+        self._registered: dict[int, int] = {}  # host_register: base -> bytes
         self._seq = 0
         self._busy: set = set()  # streams with queued work
         self._nstreams = 0
@@ -549,6 +553,34 @@ class SimAdapter:
     def alloc_host(self, nbytes: int) -> int:
         """Allocate page-locked host memory (cudaHostAlloc); plain host memory here."""
         return self._alloc_anon("alloc_host", nbytes, HOST, None)
+
+    def host_register(self, addr: int, nbytes: int) -> None:
+        """Page-lock existing host memory (cudaHostRegister, portable); it stays host memory.
+
+        As in CUDA, a range overlapping one already registered is refused, and so is
+        device memory.
+        """
+        addr, n = _addr("host_register", addr), _nbytes("host_register", nbytes)
+        self._check()
+        with self._lock:
+            if self._lookup(addr) is not None or self._lookup(addr + n - 1) is not None:
+                raise CudaError(f"host_register: {addr:#x} is not pageable host memory")
+            for b, m in self._registered.items():
+                if b < addr + n and addr < b + m:
+                    raise CudaError(f"host_register: memory already registered ({addr:#x}+{n} overlaps {b:#x}+{m})")
+            self._registered[addr] = n
+
+    def host_unregister(self, addr: int) -> None:
+        """Undo :meth:`host_register` (cudaHostUnregister); ``addr`` is the registered base."""
+        addr = _addr("host_unregister", addr)
+        with self._lock:
+            if self._registered.pop(addr, None) is None:
+                raise CudaError(f"host_unregister: memory not registered ({addr:#x})")
+
+    def host_registered(self, addr: int) -> bool:
+        """Whether ``addr`` lies in memory registered with :meth:`host_register` (tests)."""
+        with self._lock:
+            return any(b <= addr < b + m for b, m in self._registered.items())
 
     def free(self, addr: int) -> None:
         """Free device, managed or pool memory (cudaFree / cudaFreeAsync); runs queued work first."""
@@ -674,6 +706,10 @@ class SimAdapter:
         if type(s) is SimStream and s.adapter is self:
             return s
         raise TypeError(f"{call}: not a stream of this SimAdapter ({s!r})")
+
+    def check_stream(self, s):
+        """``s`` if it is a stream of this adapter (or None), else TypeError."""
+        return s if s is None else self._stream("check_stream", s)
 
     def current_stream(self) -> SimStream:
         """The stream ``stream=None`` means: the adapter's default stream."""
@@ -931,6 +967,52 @@ _ATTRS = (_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, _CU_POINTER_ATTRIBUTE_IS_MANAGED, _
           _CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, _CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE)
 
 
+def _make_primary_current(lib) -> None:
+    """Make device 0's primary context current on this thread (what the runtime does first)."""
+    ctx = ctypes.c_void_p()
+    if lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0:
+        lib.cuCtxSetCurrent(ctx)
+
+
+def driver_pointer_info(lib, addr: int, activate=None) -> PointerInfo:
+    """What the CUDA driver knows about ``addr``: ``cuPointerGetAttributes`` (one call, seven
+    attributes) through ``lib``, libcuda as :func:`gpumpi._arrays._cuda_driver` loads it.
+
+    The one place that reads CUDA's pointer attributes: ``CupyAdapter.pointer_info``
+    and :func:`gpumpi._arrays.cuda_pointer_attributes` both answer with it.  Pointers
+    CUDA does not know (pageable host memory, freed memory) are ``"host"`` with no
+    allocation; pinned host memory is ``"host"``; managed and pool memory have their
+    own kinds.  ``activate()`` makes a context current when the thread has none
+    (default: device 0's primary context).  CudaError when the driver fails.
+    """
+    n = len(_ATTRS)
+    attrs = (ctypes.c_int * n)(*_ATTRS)
+    slots = (ctypes.c_uint64 * n)()  # 8 zeroed bytes each: fits every attribute's type
+    ptrs = (ctypes.c_void_p * n)(*[ctypes.addressof(slots) + 8 * i for i in range(n)])
+    rc = lib.cuPointerGetAttributes(n, attrs, ptrs, addr)
+    if rc == _CUDA_ERROR_INVALID_CONTEXT:  # no context on this thread yet: make the primary one current
+        if activate is None:
+            _make_primary_current(lib)
+        else:
+            activate()
+        rc = lib.cuPointerGetAttributes(n, attrs, ptrs, addr)
+    if rc == _CUDA_ERROR_INVALID_VALUE:  # a driver older than CUDA 11.3: no MEMPOOL_HANDLE attribute
+        rc = lib.cuPointerGetAttributes(n - 1, attrs, ptrs, addr)
+    if rc != 0:
+        raise CudaError(f"pointer_info: cuPointerGetAttributes failed (CUDA error {rc}, addr {addr:#x})")
+    memtype, managed, ordinal, start, size, ipc_ok, pool = (slots[i] for i in range(n))
+    ordinal = ctypes.c_int32(ordinal & 0xFFFFFFFF).value
+    if memtype == 0:  # unregistered (pageable) host memory
+        return PointerInfo(HOST, None, None, None)
+    if managed & 0xFF:
+        return PointerInfo(MANAGED, ordinal, start, size)
+    if pool:
+        return PointerInfo(POOL, ordinal, start, size)
+    if memtype == _CU_MEMORYTYPE_HOST:
+        return PointerInfo(HOST, None, start, size)
+    return PointerInfo(DEVICE, ordinal, start, size, bool(ipc_ok & 0xFF))
+
+
 class _CudaEvent:
     """A raw ``cudaEvent_t`` owned by :class:`CupyAdapter` (destroyed on collection)."""
 
@@ -977,9 +1059,6 @@ class CupyAdapter:
         self._lib = _arrays._cuda_driver()
         if self._lib is None:
             raise CudaError("CupyAdapter: no usable CUDA driver (libcuda.so.1 did not initialise)")
-        f = self._lib.cuPointerGetAttributes
-        f.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64]
-        f.restype = ctypes.c_int
         self._pool: set[int] = set()
         self._lock = threading.Lock()
 
@@ -1023,6 +1102,14 @@ class CupyAdapter:
         n = _nbytes("alloc_host", nbytes)
         return self._call("alloc_host", self._rt.hostAlloc, n, self._rt.hostAllocPortable) if n else 0
 
+    def host_register(self, addr: int, nbytes: int) -> None:
+        n = _nbytes("host_register", nbytes)
+        if n:  # cudaHostRegisterPortable = 1: pinned for every context
+            self._call("host_register", self._rt.hostRegister, _addr("host_register", addr), n, 1)
+
+    def host_unregister(self, addr: int) -> None:
+        self._call("host_unregister", self._rt.hostUnregister, _addr("host_unregister", addr))
+
     def free(self, addr: int) -> None:
         addr = _addr("free", addr)
         if not addr:
@@ -1041,31 +1128,9 @@ class CupyAdapter:
             self._call("free_host", self._rt.freeHost, addr)
 
     def pointer_info(self, addr: int) -> PointerInfo:
-        """Attributes from ``cuPointerGetAttributes`` (one call, seven attributes)."""
-        addr = _addr("pointer_info", addr)
-        n = len(_ATTRS)
-        attrs = (ctypes.c_int * n)(*_ATTRS)
-        slots = (ctypes.c_uint64 * n)()  # 8 zeroed bytes each: fits every attribute's type
-        ptrs = (ctypes.c_void_p * n)(*[ctypes.addressof(slots) + 8 * i for i in range(n)])
-        rc = self._lib.cuPointerGetAttributes(n, attrs, ptrs, addr)
-        if rc == _CUDA_ERROR_INVALID_CONTEXT:  # no context on this thread yet: make the primary one current
-            self._call("pointer_info", self._rt.memGetInfo)
-            rc = self._lib.cuPointerGetAttributes(n, attrs, ptrs, addr)
-        if rc == _CUDA_ERROR_INVALID_VALUE:  # a driver older than CUDA 11.3: no MEMPOOL_HANDLE attribute
-            rc = self._lib.cuPointerGetAttributes(n - 1, attrs, ptrs, addr)
-        if rc != 0:
-            raise CudaError(f"pointer_info: cuPointerGetAttributes failed (CUDA error {rc}, addr {addr:#x})")
-        memtype, managed, ordinal, start, size, ipc_ok, pool = (slots[i] for i in range(n))
-        ordinal = ctypes.c_int32(ordinal & 0xFFFFFFFF).value
-        if memtype == 0:  # unregistered (pageable) host memory
-            return PointerInfo(HOST, None, None, None)
-        if managed & 0xFF:
-            return PointerInfo(MANAGED, ordinal, start, size)
-        if pool:
-            return PointerInfo(POOL, ordinal, start, size)
-        if memtype == _CU_MEMORYTYPE_HOST:
-            return PointerInfo(HOST, None, start, size)
-        return PointerInfo(DEVICE, ordinal, start, size, bool(ipc_ok & 0xFF))
+        """Attributes from ``cuPointerGetAttributes`` (:func:`driver_pointer_info`)."""
+        return driver_pointer_info(self._lib, _addr("pointer_info", addr),
+                                   lambda: self._call("pointer_info", self._rt.memGetInfo))
 
     def host_view(self, addr: int, nbytes: int) -> memoryview:
         raise NotImplementedError("host_view: device memory is not host addressable on a real GPU "
@@ -1102,10 +1167,18 @@ class CupyAdapter:
             return self._cupy.cuda.get_current_stream().ptr
         if isinstance(s, int):
             return s
-        ptr = getattr(s, "ptr", None)
+        proto = getattr(s, "__cuda_stream__", None)  # the CUDA stream protocol: (version, handle)
+        ptr = proto()[1] if proto is not None else getattr(s, "ptr", None)
         if ptr is None:
-            raise TypeError(f"not a CUDA stream ({type(s).__name__})")
-        return ptr
+            raise TypeError(f"not a CUDA stream ({type(s).__name__}; expected a cudaStream_t int, an object "
+                            f"with __cuda_stream__ or .ptr)")
+        return int(ptr)
+
+    def check_stream(self, s):
+        """``s`` if it is usable as a CUDA stream (or None), else TypeError."""
+        if s is not None:
+            self._sptr(s)
+        return s
 
     def current_stream(self):
         return self._cupy.cuda.get_current_stream()

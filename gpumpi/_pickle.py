@@ -4,7 +4,7 @@ Theory of operation
 ===================
 ``dumps(obj)`` returns a list of buffers that, concatenated, form one message::
 
-    header  u32 magic, u32 nbufs, u64 stream length, u64 length of each buffer
+    header  u32 magic "GMP5", u32 nbufs, u64 stream length, u64 length of each buffer
     stream  the pickle stream (small arrays are pickled in band)
     pad + buffer ...   each out-of-band buffer starts at a multiple of 64 bytes
 
@@ -13,22 +13,80 @@ are *not* copied into the stream: they are separate segments of the message, so
 the transport reads them straight from the sender's memory (cross-memory attach)
 into the receiver's single allocation, and ``loads`` rebuilds the arrays as views
 of that allocation.  One copy end to end.
+
+Device arrays
+-------------
+CuPy arrays, Numba device arrays and simulated device arrays (types with a true
+``__gpumpi_sim__``) are recognised by type: a registry keyed by the top-level
+module of the type (``_BY_MODULE``) names a backend that knows how to copy, allocate
+and convert such arrays, importing its library only when called.  Two ways out:
+
+* ``dumps_parts(obj)`` (point-to-point): each device array becomes a placeholder in
+  the stream and is handed back, contiguous, to the caller, which sends it as a
+  message of its own through the buffer path (device to device).  The message is::
+
+      header  u32 magic "GMPD", u32 nbufs, u64 seq, u64 table length,
+              u64 stream length, u64 length of each buffer
+      table   pickled tuple of one spec per part: (backend, class, shape, dtype, order)
+      stream, pad + buffer ...   as above
+
+  ``seq`` numbers this process's messages with parts (their tag).  The receiver
+  reads the table (``parts_of``), allocates empty arrays (``alloc``), receives the
+  parts into them, and only then unpickles (``loads(buf, arrays)``).
+* ``dumps(obj)`` (collectives, buffered sends): each device array is copied to host
+  memory and travels as an (out-of-band) host buffer; ``loads`` rebuilds it as a
+  device array of the same backend.
+
+Until a device backend is loaded (``cupy``, ``numba.cuda``, a simulated device) no
+device array can exist: both functions then take the plain ``pickle.dumps`` path.
+Otherwise they use reusable ``Pickler`` objects whose ``reducer_override`` (called
+only for objects of non-builtin types) spots the arrays.
 """
 
 from __future__ import annotations
 
+import io
+import itertools
 import pickle
 import struct
+import sys
+
+from .constants import TAG_UB_VALUE
 
 MAGIC = 0x35504D47  # "GMP5"
+MAGIC_PARTS = 0x44504D47  # "GMPD": the message has device parts
 _HDR = struct.Struct("<II")
+_HDR1 = struct.Struct("<IIQ")  # a message without out-of-band buffers
 _ZERO = bytes(64)
 #: Buffers at least this large travel out of band.
 THRESHOLD = 4096
 
 
 def dumps(obj, threshold: int = THRESHOLD):
-    """Serialise ``obj``; returns (list of buffers, total bytes)."""
+    """Serialise ``obj``; returns (list of buffers, total bytes).
+
+    Device arrays in ``obj`` are copied to host memory and rebuilt by :func:`loads`
+    as device arrays of the same backend (for collectives and buffered sends).
+    """
+    if _seen_device or _device_possible():
+        stream, oob, _ = _dump(obj, threshold, None)
+        return _frame(MAGIC, (), stream, oob)
+    bufs, total, _ = dumps_parts(obj, threshold)  # no device array can exist: the same message
+    return bufs, total
+
+
+def dumps_parts(obj, threshold: int = THRESHOLD):
+    """Serialise ``obj`` for point-to-point: ``(buffers, total bytes, parts)``.
+
+    ``parts`` is None when ``obj`` holds no device array (the message is what
+    :func:`dumps` makes); else ``(seq, arrays)``: the device arrays, contiguous, in
+    placeholder order, which the caller sends as messages tagged ``seq``.  Arrays
+    that are neither C- nor Fortran-contiguous are copied to a contiguous array
+    first (on the device where the backend can; the simulated device and Numba
+    copy through host memory).
+    """
+    if _seen_device or _device_possible():
+        return _dumps_device(obj, threshold)
     oob: list = []
 
     def cb(pb):
@@ -43,11 +101,34 @@ def dumps(obj, threshold: int = THRESHOLD):
 
     stream = pickle.dumps(obj, protocol=5, buffer_callback=cb)
     if not oob:
-        head = _HDR.pack(MAGIC, 0) + struct.pack("<Q", len(stream))
-        return [head + stream], len(head) + len(stream)
-    head = _HDR.pack(MAGIC, len(oob)) + struct.pack(f"<{1 + len(oob)}Q", len(stream), *[b.nbytes for b in oob])
-    parts = [head, stream]
-    total = len(head) + len(stream)
+        return [_HDR1.pack(MAGIC, 0, len(stream)) + stream], 16 + len(stream), None
+    bufs, total = _frame(MAGIC, (), stream, oob)
+    return bufs, total, None
+
+
+def _dumps_device(obj, threshold: int):
+    arrays: list = []
+    stream, oob, specs = _dump(obj, threshold, arrays)
+    if not arrays:
+        if not oob:
+            return [_HDR1.pack(MAGIC, 0, len(stream)) + stream], 16 + len(stream), None
+        bufs, total = _frame(MAGIC, (), stream, oob)
+        return bufs, total, None
+    seq = next(_SEQ) & TAG_UB_VALUE
+    table = pickle.dumps(tuple(specs), protocol=5)
+    bufs, total = _frame(MAGIC_PARTS, (seq, len(table)), table + stream, oob, len(stream))
+    return bufs, total, (seq, arrays)
+
+
+def _frame(magic: int, fields: tuple, body: bytes, oob: list, stream_len: int | None = None):
+    """Header (magic, nbufs, ``fields``, stream length, buffer lengths), body, aligned buffers."""
+    if not oob and not fields:
+        head = _HDR1.pack(magic, 0, len(body))
+        return [head + body], 16 + len(body)
+    lens = (*fields, len(body) if stream_len is None else stream_len, *[b.nbytes for b in oob])
+    head = _HDR.pack(magic, len(oob)) + struct.pack(f"<{len(lens)}Q", *lens)
+    parts = [head, body]
+    total = len(head) + len(body)
     for b in oob:
         pad = -total % 64
         if pad:
@@ -58,13 +139,19 @@ def dumps(obj, threshold: int = THRESHOLD):
     return parts, total
 
 
-def loads(buf):
-    """Rebuild the object from a received message (a bytearray or memoryview)."""
+def loads(buf, arrays=None):
+    """Rebuild the object from a received message (a bytearray or memoryview).
+
+    A message with device parts needs ``arrays``, the parts received (see
+    :func:`alloc`); without them the result is a :class:`Pending` naming the parts.
+    """
     mv = memoryview(buf)
     if mv.nbytes < 16:
         raise ValueError(f"recv: object message too short ({mv.nbytes} bytes)")
     magic, nb = _HDR.unpack_from(mv, 0)
     if magic != MAGIC:
+        if magic == MAGIC_PARTS:
+            return _loads_parts(mv, nb, arrays)
         raise ValueError("recv: not a gpumpi object message (bad magic); was it sent with an uppercase call?")
     lens = struct.unpack_from(f"<{1 + nb}Q", mv, 8)
     off = 8 + 8 * (1 + nb)
@@ -76,3 +163,305 @@ def loads(buf):
         bufs.append(mv[off : off + n])
         off += n
     return pickle.loads(stream, buffers=bufs)
+
+
+class Pending:
+    """An object message whose device parts are still to be received: their tag and specs."""
+
+    __slots__ = ("seq", "specs")
+
+    def __init__(self, seq: int, specs: tuple) -> None:
+        self.seq = seq
+        self.specs = specs
+
+    def __repr__(self) -> str:
+        return f"<Pending seq={self.seq} parts={len(self.specs)}>"
+
+
+def parts_of(buf) -> Pending | None:
+    """The device parts an object message announces, or None (a message without parts)."""
+    mv = memoryview(buf)
+    if mv.nbytes < 32:
+        return None
+    magic, nb = _HDR.unpack_from(mv, 0)
+    if magic != MAGIC_PARTS:
+        return None
+    seq, tlen = struct.unpack_from("<QQ", mv, 8)
+    off = 8 + 8 * (3 + nb)
+    return Pending(seq, pickle.loads(mv[off : off + tlen]))
+
+
+def _loads_parts(mv, nb: int, arrays):
+    if mv.nbytes < 8 + 8 * (3 + nb):
+        raise ValueError(f"recv: object message too short ({mv.nbytes} bytes, {nb} buffers)")
+    seq, tlen, slen, *lens = struct.unpack_from(f"<{3 + nb}Q", mv, 8)
+    off = 8 + 8 * (3 + nb)
+    if arrays is None:
+        return Pending(seq, pickle.loads(mv[off : off + tlen]))
+    off += tlen
+    stream = mv[off : off + slen]
+    off += slen
+    bufs = []
+    for n in lens:
+        off += -off % 64
+        bufs.append(mv[off : off + n])
+        off += n
+    u = _PartsUnpickler(io.BytesIO(stream), buffers=bufs)
+    u.arrays = arrays
+    return u.load()
+
+
+class _PartsUnpickler(pickle.Unpickler):
+    """Resolves the placeholders ``_part(i)`` to the received arrays (``arrays``, set before ``load``)."""
+
+    arrays: list
+
+    def find_class(self, module, name):
+        if module == __name__ and name == "_part":
+            arrays = self.arrays
+
+            def part(i):
+                if not 0 <= i < len(arrays):
+                    raise ValueError(f"recv: device part {i} of a message with {len(arrays)} parts")
+                return arrays[i]
+
+            return part
+        return super().find_class(module, name)
+
+
+def _part(i):
+    raise ValueError(f"loads: device part placeholder {i} outside a gpumpi object message "
+                     f"(use gpumpi._pickle.loads with the received arrays)")
+
+
+def alloc(specs) -> list:
+    """Empty device arrays for the parts ``specs`` (same backend, shape, dtype, order),
+    allocated on the current device."""
+    return [_BACKENDS[kind].empty(cls, shape, dtype, order) for kind, cls, shape, dtype, order in specs]
+
+
+def part_nbytes(spec) -> int:
+    """Bytes of the part a spec describes (parts of 0 bytes are not sent)."""
+    n = spec[3].itemsize
+    for d in spec[2]:
+        n *= d
+    return n
+
+
+def _from_host(kind: str, cls, host):
+    """Rebuild a device array that travelled through host memory (``dumps``)."""
+    return _BACKENDS[kind].from_host(cls, host)
+
+
+# --- device array backends ------------------------------------------------------------------
+
+
+def _c_contiguous(shape, strides, itemsize: int) -> bool:
+    want = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n > 1 and s != want:
+            return False
+        want *= n
+    return True
+
+
+def _sim_contiguous(a):
+    strides = a.__cuda_array_interface__.get("strides")
+    if strides is None or _c_contiguous(a.shape, strides, a.dtype.itemsize):
+        return a, "C"
+    return type(a).from_numpy(a.get()), "C"  # the simulated device has no copy kernel of its own
+
+
+def _sim_empty(cls, shape, dtype, order):
+    return cls.empty(shape, dtype)
+
+
+def _cupy_is_device(tp) -> bool:
+    import cupy
+
+    return issubclass(tp, cupy.ndarray)
+
+
+def _cupy_contiguous(a):
+    import cupy
+
+    if a.flags.c_contiguous:
+        return a, "C"
+    if a.flags.f_contiguous:
+        return a, "F"
+    return cupy.ascontiguousarray(a), "C"  # a copy kernel on the array's device
+
+
+def _cupy_empty(cls, shape, dtype, order):
+    import cupy
+
+    return cupy.empty(shape, dtype, order=order)
+
+
+def _cupy_from_host(cls, host):
+    import cupy
+
+    return cupy.asarray(host)
+
+
+def _numba_is_device(tp) -> bool:
+    # real device arrays export the CUDA array interface; the simulator's wrappers do not
+    return hasattr(tp, "__cuda_array_interface__") and hasattr(tp, "copy_to_host")
+
+
+def _numba_contiguous(a):
+    if a.is_c_contiguous():
+        return a, "C"
+    if a.is_f_contiguous():
+        return a, "F"
+    import numpy as np
+    from numba import cuda
+
+    return cuda.to_device(np.ascontiguousarray(a.copy_to_host())), "C"  # Numba has no strided device copy
+
+
+def _numba_empty(cls, shape, dtype, order):
+    from numba import cuda
+
+    return cuda.device_array(shape, dtype, order=order)
+
+
+def _numba_from_host(cls, host):
+    from numba import cuda
+
+    return cuda.to_device(host)
+
+
+class _Backend:
+    __slots__ = ("is_device", "contiguous", "empty", "to_host", "from_host")
+
+    def __init__(self, is_device, contiguous, empty, to_host, from_host) -> None:
+        self.is_device = is_device
+        self.contiguous = contiguous  # a -> (contiguous array, "C" or "F")
+        self.empty = empty  # (cls, shape, dtype, order) -> array
+        self.to_host = to_host  # a -> numpy.ndarray
+        self.from_host = from_host  # (cls, numpy.ndarray) -> array
+
+
+_BACKENDS: dict = {
+    "sim": _Backend(lambda tp: True, _sim_contiguous, _sim_empty, lambda a: a.get(),
+                    lambda cls, h: cls.from_numpy(h)),
+    "cupy": _Backend(_cupy_is_device, _cupy_contiguous, _cupy_empty, lambda a: a.get(), _cupy_from_host),
+    "numba": _Backend(_numba_is_device, _numba_contiguous, _numba_empty, lambda a: a.copy_to_host(),
+                      _numba_from_host),
+}
+#: top-level module of a type -> the backend that may own it
+_BY_MODULE = {"cupy": "cupy", "numba": "numba", "numba_cuda": "numba"}
+_KINDS: dict = {}  # type -> backend name, or None: not a device array
+
+
+def _classify(tp) -> str | None:
+    if getattr(tp, "__gpumpi_sim__", False):
+        kind = "sim"
+    else:
+        kind = _BY_MODULE.get((getattr(tp, "__module__", None) or "").partition(".")[0])
+        if kind is not None and not _BACKENDS[kind].is_device(tp):
+            kind = None
+    if len(_KINDS) >= 4096:  # classes made on the fly must not pile up here
+        _KINDS.clear()
+    _KINDS[tp] = kind
+    return kind
+
+
+_seen_device = False  # once a device array can exist, the answer stays yes
+_sims = None  # the set behind gpumpi._cuda._ALL_SIMS (every simulated device made here), once loaded
+
+
+def _device_possible() -> bool:
+    """Whether a device array can exist in this process: a device library is loaded, or a
+    simulated device was created (its arrays live in its memory)."""
+    global _seen_device, _sims
+    sims = _sims
+    if sims is None:
+        cuda = sys.modules.get("gpumpi._cuda")
+        if cuda is not None:
+            sims = _sims = getattr(getattr(cuda, "_ALL_SIMS", None), "data", True)  # unknown: assume one
+    mods = sys.modules
+    if sims or "cupy" in mods or "numba.cuda" in mods:
+        _seen_device = True
+        return True
+    return False
+
+
+# --- the device-aware pickler -----------------------------------------------------------------
+
+_SEQ = itertools.count(1)
+_UNSEEN = object()
+
+
+class _Sink:
+    __slots__ = ("write",)
+
+    def __init__(self, write) -> None:
+        self.write = write
+
+
+class _Pickler(pickle.Pickler):
+    """A reusable protocol-5 pickler that swaps device arrays for placeholders
+    (``parts`` a list: the arrays are appended to it) or for host copies (``parts`` None)."""
+
+    def __init__(self) -> None:
+        self.out: list = []
+        self.oob: list = []
+        self.parts = None
+        self.specs: list = []
+        self.threshold = THRESHOLD
+        super().__init__(_Sink(self.out.append), protocol=5, buffer_callback=self._buffer)
+
+    def _buffer(self, pb):
+        try:
+            raw = pb.raw()
+        except BufferError:
+            return True
+        if raw.nbytes < self.threshold:
+            return True
+        self.oob.append(raw)
+        return False
+
+    def reducer_override(self, obj):
+        tp = type(obj)
+        kind = _KINDS.get(tp, _UNSEEN)
+        if kind is _UNSEEN:
+            kind = _classify(tp)
+        if kind is None:
+            return NotImplemented
+        be = _BACKENDS[kind]
+        cls = tp if kind == "sim" else None  # the simulated class rebuilds its own arrays
+        if self.parts is None:
+            return _from_host, (kind, cls, be.to_host(obj))
+        a, order = be.contiguous(obj)
+        self.parts.append(a)
+        self.specs.append((kind, cls, tuple(obj.shape), obj.dtype, order))
+        return _part, (len(self.parts) - 1,)
+
+
+_idle: list = []  # picklers not in use (list.pop/append are atomic: threads and nesting are safe)
+
+
+def _dump(obj, threshold: int, parts):
+    """Pickle with an idle device-aware pickler: ``(stream, out-of-band buffers, specs)``."""
+    try:
+        p = _idle.pop()
+    except IndexError:
+        p = _Pickler()
+    p.threshold = threshold
+    p.parts = parts
+    out, oob, specs = p.out, p.oob, p.specs
+    try:
+        p.dump(obj)
+        stream = out[0] if len(out) == 1 else b"".join(out)
+    finally:
+        p.clear_memo()  # the memo holds the objects pickled
+        p.parts = None
+        out.clear()
+        if oob:
+            p.oob = []
+        if specs:
+            p.specs = []
+        _idle.append(p)
+    return stream, oob, specs

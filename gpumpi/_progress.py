@@ -42,6 +42,7 @@ from .errors import (
     ERR_TYPE,
     SUCCESS,
 )
+from ._config import parse_transports
 from .datatypes.flatten import sig_name
 from .ipc import cma
 from .ipc.shm import ShmTransport
@@ -73,7 +74,7 @@ class Xfer:
         "kind", "state", "done", "peer", "src", "tag", "ctx", "msgid", "mode",
         "mem", "addr", "cap", "bufs", "nbytes", "got",
         "st_source", "st_tag", "st_nbytes", "err", "errmsg", "cancelled",
-        "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs", "sig", "dev", "ipc",
+        "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs", "sig", "dev", "ondev",
     )
 
     def __init__(self, kind: int) -> None:
@@ -94,8 +95,11 @@ class Xfer:
         self.push_iter = None
         self.push_next = None
         self.sig = 0
-        self.dev = None  # receive: device destination address; IPC send: (adapter, source address)
-        self.ipc = False  # receive: the data arrived device to device
+        # device messages: (adapter, address, event or None): a receive's destination and the
+        # event its writes wait for (the consumer's pending work); a send's source and the event
+        # its reads wait for (the producer's work)
+        self.dev = None
+        self.ondev = False  # receive: the data was written into the device destination itself
 
 
 class Arrival:
@@ -130,13 +134,6 @@ def skip_segments(segs, skip: int) -> list:
 
 
 _IPC_CACHE = 64  # opened IPC handles (and events) kept per process; the oldest is closed beyond
-
-
-def _current_event(ad):
-    """An event recorded on the adapter's current stream now (orders a copy after the user's work)."""
-    e = ad.event_create(False)
-    ad.event_record(e, ad.current_stream())
-    return e
 
 
 def decode_segments(mv) -> list:
@@ -175,6 +172,10 @@ class Engine:
         self.ipc_mem: OrderedDict = OrderedDict()  # (peer, handle) -> (adapter, base): opened once
         self.ipc_ev: OrderedDict = OrderedDict()  # event handle -> (adapter, event)
         self.ipc_streams: dict = {}  # adapter name -> gpumpi's copy stream
+        self.dev_transports = parse_transports(cfg.transports)["device"]
+        self.stage_chunk = min(cfg.stage_chunk, max(4096, ring // 4))  # two chunks in flight at least
+        self.stream_mode = cfg.stream_mode
+        self.pinned: dict = {}  # (adapter name, peer, outgoing) -> (adapter, address): page-locked rings
 
     # --- helpers --------------------------------------------------------------------------
     def pid_of(self, peer: int) -> int:
@@ -260,12 +261,14 @@ class Engine:
             self.progress()
         return x
 
-    def isend_ipc(self, ad, body: bytes, src_addr: int, nbytes: int, wpeer: int, src: int, tag: int, ctx: int,
-                  mode: int, call: str, sig: int = 0) -> Xfer:
-        """Post a rendezvous send of device memory by IPC handle (``body``: ``P.IPC_BODY``).
+    def isend_device(self, ad, body, src_addr: int, ev, nbytes: int, wpeer: int, src: int, tag: int, ctx: int,
+                     mode: int, call: str, sig: int = 0) -> Xfer:
+        """Post a rendezvous send of contiguous device memory.
 
-        The receiver copies device to device and ACKs; a receiver that cannot open the
-        handle answers CTS, and the data is then staged through host memory and pushed.
+        ``body`` (``P.IPC_BODY``) offers an IPC handle: the receiver copies device to device
+        and ACKs.  With ``body`` None, or when the receiver cannot (or may not) open the
+        handle, it answers CTS and the data is pushed through the staging pipeline
+        (:meth:`_push_device`), whose copies wait for ``ev`` (the producer's work).
         """
         with self.lock:
             x = Xfer(SEND)
@@ -278,24 +281,16 @@ class Engine:
             self.sends[m] = x
             x.tag, x.ctx, x.mode, x.nbytes, x.call = tag, ctx, mode, nbytes, call
             x.bufs = None
-            x.dev = (ad, src_addr)
+            x.dev = (ad, src_addr, ev)
             wire = nbytes | (sig << P.SIG_SHIFT) if sig else nbytes
-            self.tr.send(wpeer, P.RTS, P.FLAG_IPC, src, ctx, tag, wire, m, body)
+            if body is None:
+                self.tr.send(wpeer, P.RTS, 0, src, ctx, tag, wire, m, encode_segments(()))
+            else:
+                self.tr.send(wpeer, P.RTS, P.FLAG_IPC, src, ctx, tag, wire, m, body)
             self.progress()
         return x
 
-    def _stage_out(self, x: Xfer) -> None:
-        """An IPC send the receiver could not open: copy the device data to host memory to push."""
-        ad, addr = x.dev
-        tmp = bytearray(x.nbytes)
-        if x.nbytes:
-            s = self._ipc_stream(ad)
-            ad.stream_wait_event(s, _current_event(ad))
-            ad.memcpy(address_of(tmp), addr, x.nbytes, s)
-            ad.stream_synchronize(s)
-        x.bufs = [memoryview(tmp)]
-
-    def _ipc_stream(self, ad):
+    def copy_stream(self, ad):
         st = self.ipc_streams.get(ad.name)
         if st is None:
             st = self.ipc_streams[ad.name] = ad.stream_create()
@@ -305,6 +300,8 @@ class Engine:
         """Copy a device message straight from the sender's allocation; False if it cannot be opened."""
         from . import _cuda
 
+        if "cuda_ipc" not in self.dev_transports:
+            return False
         akind, handle, offset, evh = P.IPC_BODY.unpack(body)
         ad = _cuda.sim_adapter() if akind == P.IPC_SIM else _cuda.adapter()
         key = (peer, handle)
@@ -329,13 +326,18 @@ class Engine:
         except (_cuda.StaleHandle, _cuda.IpcUnsupported, _cuda.CudaError, OSError):
             return False
         if take:
-            dst = x.dev if x.dev is not None else (x.addr if x.addr is not None else address_of(x.mem))
-            s = self._ipc_stream(ad)
+            s = self.copy_stream(ad)
+            if x.dev is not None:
+                dst = x.dev[1]
+                if x.dev[2] is not None:  # the consumer's pending work on the buffer comes first
+                    ad.stream_wait_event(s, x.dev[2])
+            else:
+                dst = x.addr if x.addr is not None else address_of(x.mem)
             if ev is not None:
                 ad.stream_wait_event(s, ev)
             ad.memcpy(dst, hit[1] + offset, take, s)
             ad.stream_synchronize(s)
-        x.ipc = True
+        x.ondev = x.dev is not None
         return True
 
     def irecv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None,
@@ -470,7 +472,10 @@ class Engine:
             got = x.got
             if got < x.cap:
                 take = min(n, x.cap - got)
-                x.mem[got : got + take] = payload[:take]
+                if x.dev is None:
+                    x.mem[got : got + take] = payload[:take]
+                else:  # staging: host ring -> device, before the ring space is given back
+                    self._stage_in(x, peer, got, payload, take)
             x.got = got + n
             if flags & P.FLAG_LAST:
                 del self.pulls[(peer, msgid)]
@@ -505,8 +510,6 @@ class Engine:
             x.state = P.step(P.SEND, x.state, "cts")
             if x.state == P.PUSHING:
                 del self.sends[msgid]
-                if x.bufs is None:
-                    self._stage_out(x)
                 self._start_push(x)
         elif kind == P.CANCEL:
             arr = self.cancellable.pop((peer, msgid), None)
@@ -526,11 +529,13 @@ class Engine:
                     self._finish(x)
                 elif x.state == P.PUSHING:
                     del self.sends[msgid]
-                    if x.bufs is None:
-                        self._stage_out(x)
                     self._start_push(x)
 
     def _start_push(self, x: Xfer) -> None:
+        if x.bufs is None:  # device memory: the staging pipeline
+            x.got = 0
+            self.pushing.append(x)
+            return
         chunk = self.chunk
 
         def pieces():
@@ -546,6 +551,9 @@ class Engine:
     def _push(self) -> None:
         tr = self.tr
         for x in list(self.pushing):
+            if x.bufs is None:
+                self._push_device(x)
+                continue
             while True:
                 if x.arrival is _UNSET:
                     x.arrival = next(x.push_iter, None)
@@ -560,6 +568,61 @@ class Engine:
                     break
                 x.push_next = x.arrival
                 x.arrival = _UNSET
+
+    # --- device staging ---------------------------------------------------------------------
+    # Chunks of at most ``stage_chunk`` bytes go device -> the shared ring to the peer (page-
+    # locked once per ring) -> device: the sender's copy of chunk i+1 runs while the receiver
+    # copies chunk i out, so the two halves of the pipeline overlap; no other host copy.
+    def _pin(self, ad, peer: int, outgoing: bool) -> None:
+        key = (ad.name, peer, outgoing)
+        if key in self.pinned:
+            return
+        from . import _cuda
+
+        mv = self.tr.ring_memory(peer, outgoing)
+        addr = address_of(mv)
+        try:
+            ad.host_register(addr, len(mv))
+        except _cuda.CudaError:  # already pinned (the same ring, to and from self) or refused:
+            addr = None  # pageable staging still works, only slower
+        self.pinned[key] = (ad, addr)
+
+    def _push_device(self, x: Xfer) -> None:
+        ad, addr, ev = x.dev
+        s = self.copy_stream(ad)
+        if ev is not None:  # order every read after the producer's work, once
+            ad.stream_wait_event(s, ev)
+            x.dev = (ad, addr, None)
+        self._pin(ad, x.peer, True)
+        tr, chunk, total = self.tr, self.stage_chunk, x.nbytes
+        while True:
+            off = x.got
+            n = min(chunk, total - off)
+            last = off + n >= total
+
+            def fill(view, src=addr + off, n=n):
+                ad.memcpy(address_of(view), src, n, s)
+                ad.stream_synchronize(s)
+
+            if not tr.try_send_fill(x.peer, P.DATA, P.FLAG_LAST if last else 0, 0, x.ctx, 0, 0, x.msgid, n, fill):
+                return
+            x.got = off + n
+            if last:
+                self.pushing.remove(x)
+                x.state = P.step(P.SEND, x.state, "pushed")
+                self._finish(x)
+                return
+
+    def _stage_in(self, x: Xfer, peer: int, got: int, payload, take: int) -> None:
+        ad, dst, ev = x.dev
+        s = self.copy_stream(ad)
+        if ev is not None:  # the consumer's pending work on the buffer comes first, once
+            ad.stream_wait_event(s, ev)
+            x.dev = (ad, dst, None)
+        self._pin(ad, peer, False)
+        ad.memcpy(dst + got, address_of(payload), take, s)
+        ad.stream_synchronize(s)
+        x.ondev = True
 
     # --- cancel ---------------------------------------------------------------------------
     def cancel(self, x: Xfer) -> None:
@@ -693,6 +756,13 @@ class Engine:
                 pass
         self.ipc_mem.clear()
         self.ipc_ev.clear()
+        for ad, addr in self.pinned.values():
+            if addr is not None:
+                try:
+                    ad.host_unregister(addr)
+                except Exception:  # the adapter may be gone at exit  # noqa: BLE001
+                    pass
+        self.pinned.clear()
         self.tr.close()
 
 

@@ -196,7 +196,8 @@ def query_gpu_support() -> dict:
     ``cuda``: a CUDA driver with at least one GPU is usable; ``gpus``: how many; ``adapter``:
     ``"cupy"`` (real device) or ``"sim"`` (simulated device memory); ``cupy``: importable;
     ``device_kinds``: memory kinds buffers may have; ``ipc``: device-to-device IPC within the
-    node; ``cma``: cross-memory attach for host messages; ``transports``: host and device.
+    node; ``cma``: cross-memory attach for host messages; ``transports``: host and device, in
+    the order they are tried (``GPUMPI_TRANSPORTS``).
     """
     import importlib.util
 
@@ -211,6 +212,7 @@ def query_gpu_support() -> dict:
 
         gpus = _cuda.adapter().device_count()
     real = driver and has_cupy and gpus > 0
+    chosen = _config.parse_transports(_config.get().transports)  # GPUMPI_TRANSPORTS
     return {
         "cuda": real,
         "gpus": gpus,
@@ -219,5 +221,5 @@ def query_gpu_support() -> dict:
         "device_kinds": ["device", "sim"] if real else ["sim"],
         "ipc": True,
         "cma": cma.available(),
-        "transports": {"host": ["self", "shm"], "device": ["cuda_ipc", "staging"]},
+        "transports": {"host": ["self", *chosen["host"]], "device": list(chosen["device"])},
     }

@@ -4,7 +4,8 @@ Theory of operation
 ===================
 A communicator is a context id plus a group.  Context ``ctx`` carries
 point-to-point traffic, ``ctx + 1`` collective traffic, ``ctx + 2`` partitioned
-traffic, so the three never match each other's messages.  New context ids are
+traffic, ``ctx + 3`` the device parts of object messages, so the four never match
+each other's messages.  New context ids are
 agreed collectively: every member proposes its next free id, all take the
 maximum, then move their next free id past it — no member has used it before.
 
@@ -12,13 +13,18 @@ Every buffer call parses its buffer spec once (``_buffers``), validates ranks,
 tags and the communicator (raising ``MPI.Exception`` with the error class and a
 message naming the call and the values), then posts an ``Xfer`` on the engine.
 Blocking calls are the nonblocking call plus a wait.  Lowercase calls move
-Python objects as pickle-5 messages with out-of-band buffers (``_pickle``).
+Python objects as pickle-5 messages with out-of-band buffers (``_pickle``); device
+arrays inside them travel beside the object message, each as a buffer message of
+its own on ``ctx + 3`` (device to device), except through buffered sends and
+collectives, which carry them through host memory.
 Errors pass through the communicator's error handler before they are raised.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import sys
 
 from . import _pickle
 from . import _protocol as P
@@ -95,35 +101,69 @@ def _adapter_of(m):
     return _cuda.sim_adapter() if m.kind == _SIM else _cuda.adapter()
 
 
-_ipc_events: dict = {}  # adapter name -> the interprocess event re-recorded before every IPC send
+_ipc_events: dict = {}  # adapter -> the interprocess event re-recorded before every IPC send
 
 
-def _ipc_send(eng, m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str):
-    """Post a large contiguous device send by IPC handle; None when the memory cannot be exported
-    (pool or managed memory, another process's mapping): the caller stages it instead."""
+def _producer_stream(ad, m, stream):
+    """The stream whose work a device operation on ``m`` must follow: ``stream=`` if given, else
+    the array's own (``__cuda_array_interface__`` v3 ``stream``, real devices), else the current one."""
+    if stream is not None:
+        return stream
+    v = m.view
+    cai = v.stream if v is not None else None
+    if type(cai) is int and m.kind == _DEVICE:  # 1, 2: the legacy and per-thread default streams
+        return cai
+    return ad.current_stream()
+
+
+def _order_event(ad, m, stream):
+    """An event recorded now on the producer/consumer stream of ``m`` (None with GPUMPI_STREAM_MODE=none)."""
+    if _rt.ENGINE.stream_mode == "none":
+        ad.check_stream(stream)
+        return None
+    e = ad.event_create(False)
+    ad.event_record(e, _producer_stream(ad, m, stream))
+    return e
+
+
+def _device_send(eng, m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stream):
+    """Post a large contiguous device send: by IPC handle when the device transports allow it and
+    the memory can be exported, else through the staging pipeline (``Engine.isend_device``)."""
     from . import _cuda
 
     ad = _adapter_of(m)
+    ad.check_stream(stream)
     addr = m.addr + m.lo
-    try:
-        handle, offset = ad.ipc_export(addr)
-    except _cuda.IpcUnsupported:
-        return None
-    ev = _ipc_events.get(ad.name)
-    if ev is None:
-        ev = _ipc_events[ad.name] = ad.event_create(True)
-    ad.event_record(ev, ad.current_stream())  # the receiver's copy waits for the user's work
-    body = _P.IPC_BODY.pack(_P.IPC_SIM if m.kind == _SIM else _P.IPC_CUDA, handle, offset, ad.ipc_event_export(ev))
-    return eng.isend_ipc(ad, body, addr, m.nbytes, wpeer, me, tag, ctx, mode, call, _sig(m.datatype))
+    body = None
+    if "cuda_ipc" in eng.dev_transports:
+        try:
+            handle, offset = ad.ipc_export(addr)
+        except _cuda.IpcUnsupported:  # pool or managed memory, another process's mapping
+            handle = None
+        if handle is not None:
+            evh = bytes(64)
+            ev = None
+            if eng.stream_mode != "none":  # the receiver's copy waits for the producer's work
+                ev = _ipc_events.get(ad)
+                if ev is None:
+                    ev = _ipc_events[ad] = ad.event_create(True)
+                ad.event_record(ev, _producer_stream(ad, m, stream))
+                evh = ad.ipc_event_export(ev)
+            body = _P.IPC_BODY.pack(_P.IPC_SIM if m.kind == _SIM else _P.IPC_CUDA, handle, offset, evh)
+    if body is None:
+        ev = _order_event(ad, m, stream)
+    return eng.isend_device(ad, body, addr, ev, m.nbytes, wpeer, me, tag, ctx, mode, call, _sig(m.datatype))
 
 
-def _staged_span(m):
-    """Copy the message's bytes from device memory into a host staging array (ordered after the
-    work already queued on the current stream); ``(array, memoryview of the span)``."""
+def _staged_span(m, ev):
+    """Copy the message's bytes from device memory into a host staging array on gpumpi's copy
+    stream, after event ``ev`` (the producer's work; None: unordered); ``(array, memoryview of the span)``."""
     ad = _adapter_of(m)
     tmp = _staging.get(m.span)
     if m.span:
-        s = ad.current_stream()
+        s = _rt.ENGINE.copy_stream(ad)
+        if ev is not None:
+            ad.stream_wait_event(s, ev)
         ad.memcpy(tmp.ctypes.data, m.addr + m.lo, m.span, s)
         ad.stream_synchronize(s)
     return tmp, memoryview(tmp)[:m.span]
@@ -184,12 +224,114 @@ def _after(x, fn) -> None:
             x.on_done = (lambda xx: (prev(xx), fn())) if prev is not None else (lambda xx: fn())
 
 
-def _out(m, call: str):
+# --- device pack kernels ---------------------------------------------------------------------
+# Non-contiguous device messages are packed (sends) and unpacked (receives) on the device by
+# gpumpi.kernels.pack, in a pooled device buffer, so only the packed bytes cross to the peer.
+# numba.cuda must match the memory: the simulator for ``sim`` memory, a real GPU for device
+# memory; otherwise (and for simulated messages above _SIM_KERNEL_MAX bytes: the simulator
+# runs a Python thread per CUDA thread) the span is staged to the host and packed there.
+
+_SIM_KERNEL_MAX = 1 << 16
+
+
+class _Packed:
+    """A contiguous device message standing for the packed bytes of a non-contiguous one."""
+
+    __slots__ = ("addr", "lo", "nbytes", "span", "kind", "datatype", "view", "contiguous")
+
+    def __init__(self, addr: int, nbytes: int, kind: str, datatype) -> None:
+        self.addr, self.lo, self.nbytes, self.span = addr, 0, nbytes, nbytes
+        self.kind, self.datatype, self.view, self.contiguous = kind, datatype, None, True
+
+
+class _DeviceBytes:
+    """``__cuda_array_interface__`` over raw device bytes, for the kernels."""
+
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, addr: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (addr, False),
+                                         "version": 3, "strides": None, "stream": None}
+
+
+_dev_pools: dict = {}  # adapter -> {size class: [device addresses]} (a forked rank has new adapters)
+
+
+def _dev_get(ad, n: int) -> int:
+    k = max(12, (n - 1).bit_length())
+    lst = _dev_pools.setdefault(ad, {}).get(k)
+    if lst:
+        try:
+            return lst.pop()
+        except IndexError:  # another thread took it
+            pass
+    return ad.alloc(1 << k)
+
+
+def _dev_put(ad, addr: int, n: int) -> None:
+    k = max(12, (n - 1).bit_length())
+    lst = _dev_pools.setdefault(ad, {}).setdefault(k, [])
+    if len(lst) < 4:
+        lst.append(addr)
+    else:
+        ad.free(addr)
+
+
+def _kernels_for(m):
+    """gpumpi.kernels.pack when device kernels can move ``m`` here, else None (pack on the host)."""
+    if m.kind == _SIM and m.nbytes > _SIM_KERNEL_MAX:
+        return None
+    try:
+        from .kernels import pack as K
+
+        if m.kind == _SIM and "numba.cuda" not in sys.modules:
+            from ._arrays import _cuda_driver
+
+            if _cuda_driver() is None:  # no GPU: numba.cuda can only be the simulator
+                os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+        if K._is_sim() != (m.kind == _SIM):
+            return None
+        return K
+    except ImportError:
+        return None
+
+
+def _kernel_stream(ad, s):
+    """Order a kernel launch on gpumpi's copy stream ``s``: the simulator runs kernels at once, so
+    the work ``s`` waits for is run first; a real launch is queued on ``s`` itself."""
+    if ad.name == "sim":
+        ad.stream_synchronize(s)
+        return 0
+    return s
+
+
+def _device_pack(m, stream):
+    """Pack non-contiguous device message ``m`` on the device: ``(packed message, its stream,
+    release)`` or None where the kernels cannot run (the caller packs on the host)."""
+    K = _kernels_for(m)
+    if K is None:
+        return None
+    ad = _adapter_of(m)
+    n = m.nbytes
+    tmp = _dev_get(ad, n)
+    s = _rt.ENGINE.copy_stream(ad)
+    ev = _order_event(ad, m, stream)
+    if ev is not None:
+        ad.stream_wait_event(s, ev)
+    K.device_pack(_plan.plan_for(m.datatype, m.count), _DeviceBytes(m.addr + m.lo, m.span), m.lo,
+                  _DeviceBytes(tmp, n), _kernel_stream(ad, s))
+    if _rt.ENGINE.stream_mode == "none":  # no event will order the peer's read after the kernel
+        ad.stream_synchronize(s)
+    return _Packed(tmp, n, m.kind, m.datatype), s, lambda: _dev_put(ad, tmp, n)
+
+
+def _out(m, call: str, stream=None):
     """``(bytes, address, release)`` a send moves: the buffer itself when contiguous, else its
-    elements packed into a staging array that ``release()`` returns once the send completed."""
+    elements packed into a staging array that ``release()`` returns once the send completed.
+    Device memory is copied to host memory first (after the work queued on ``stream``)."""
     staged = None
-    if _device(m):  # device memory leaves through a host staging copy (large sends: _ipc_send)
-        staged, mem = _staged_span(m)
+    if _device(m):  # device memory leaves through a host staging copy (large sends: _device_send)
+        staged, mem = _staged_span(m, _order_event(_adapter_of(m), m, stream))
         if m.contiguous:
             return mem, staged.ctypes.data, lambda: _staging.put(staged)
     else:
@@ -204,14 +346,14 @@ def _out(m, call: str):
     return memoryview(tmp)[:n], tmp.ctypes.data, lambda: _staging.put(tmp)
 
 
-def _in(m, call: str):
+def _in(m, call: str, stream=None):
     """``(memory, address, post, device)`` a receive lands in: the buffer itself when contiguous,
     else a packed staging array that ``post(x)`` unpacks into the buffer when the receive
     completes (exactly the bytes that arrived: a short message fills only its leading
     elements).  Device buffers: a host staging array copied to the device by ``post``, unless
     the message came device to device (to ``device``, the destination address)."""
     if _device(m):
-        return _in_device(m)
+        return _in_device(m, stream)
     mem = _host_mem(m, call)
     if m.contiguous:
         return mem, m.addr + m.lo, None, None
@@ -229,31 +371,67 @@ def _in(m, call: str):
     return memoryview(tmp)[:m.nbytes], tmp.ctypes.data, post, None
 
 
-def _in_device(m):
+def _in_device(m, stream):
+    """A receive into device memory.  Large messages are written into a contiguous buffer by the
+    engine itself (IPC copy or staging chunks, ``x.ondev``); the rest lands in a host staging
+    array that ``post`` copies in.  Every write follows the consumer's work queued before the
+    call (an event on ``stream`` or the current stream) and is complete when the receive is."""
     ad = _adapter_of(m)
     dst = m.addr + m.lo
     tmp = _staging.get(m.nbytes)
     dt, count, lo, contiguous = m.datatype, m.count, m.lo, m.contiguous
+    ev = _order_event(ad, m, stream)
+    K = None if contiguous else _kernels_for(m)
+    if K is not None:  # land the packed bytes in device memory, unpack there
+        return _in_device_kernels(m, K, ad, tmp, ev)
 
     def post(x):
         n = x.st_nbytes
         try:
-            if not n or x.cancelled or (x.ipc and contiguous):  # IPC wrote the device buffer itself
+            if not n or x.cancelled or x.ondev:
                 return
-            s = ad.current_stream()
             if contiguous:
+                s = _rt.ENGINE.copy_stream(ad)
+                if ev is not None:
+                    ad.stream_wait_event(s, ev)
                 ad.memcpy(dst, tmp.ctypes.data, n, s)
+                ad.stream_synchronize(s)
             else:  # read, modify, write back the span: bytes between the elements keep their values
-                staged, span = _staged_span(m)
+                staged, span = _staged_span(m, ev)
                 _plan.unpack(tmp, span, lo, dt, count, n)
+                s = _rt.ENGINE.copy_stream(ad)
                 ad.memcpy(dst, staged.ctypes.data, m.span, s)
                 ad.stream_synchronize(s)
                 _staging.put(staged)
-            ad.stream_synchronize(s)
         finally:
             _staging.put(tmp)
 
-    return memoryview(tmp)[:m.nbytes], tmp.ctypes.data, post, (dst if contiguous else None)
+    return memoryview(tmp)[:m.nbytes], tmp.ctypes.data, post, ((ad, dst, ev) if contiguous else None)
+
+
+def _in_device_kernels(m, K, ad, tmp, ev):
+    n_max = m.nbytes
+    dtmp = _dev_get(ad, n_max)
+    dst = m.addr + m.lo
+
+    def post(x):
+        n = x.st_nbytes
+        try:
+            if not n or x.cancelled:
+                return
+            s = _rt.ENGINE.copy_stream(ad)
+            if not x.ondev:  # eager or host-to-device data: into the device buffer first
+                ad.memcpy(dtmp, tmp.ctypes.data, n, s)
+            if ev is not None and not x.ondev:
+                ad.stream_wait_event(s, ev)
+            K.device_unpack(_plan.plan_for(m.datatype, m.count), _DeviceBytes(dtmp, n), _DeviceBytes(dst, m.span),
+                            m.lo, n, _kernel_stream(ad, s))
+            ad.stream_synchronize(s)
+        finally:
+            _staging.put(tmp)
+            _dev_put(ad, dtmp, n_max)
+
+    return memoryview(tmp)[:n_max], tmp.ctypes.data, post, (ad, dtmp, ev)
 
 
 def _contiguous_only(m, call: str):
@@ -377,6 +555,22 @@ def _done_xfer(source: int = PROC_NULL, tag: int = ANY_TAG) -> Xfer:
     x.done = True
     x.st_source, x.st_tag, x.st_nbytes = source, tag, 0
     return x
+
+
+def _all_of(xs, keep) -> Xfer:
+    """A joint Xfer that completes when every operation of ``xs`` has; it references ``keep``
+    (the memory they read), and the operations reference it until they complete."""
+    j = _joint(len(xs))
+    j.bufs = keep
+    eng = _rt.ENGINE
+    with eng.lock:
+        for x in xs:
+            if x.done:
+                _part_done(j, x)
+            else:
+                prev = x.on_done
+                x.on_done = (lambda xx, p=prev: (p(xx) if p is not None else None, _part_done(j, xx)))
+    return j
 
 
 class Comm:
@@ -591,12 +785,12 @@ class Comm:
         if self._ctx in (0, 4):
             raise error(ERR_COMM, f"Comm.Free: cannot free a predefined communicator ({self._name})")
         eng = _rt.ENGINE
-        for c in (self._ctx, self._ctx + 1, self._ctx + 2):
+        for c in (self._ctx, self._ctx + 1, self._ctx + 2, self._ctx + 3):
             eng.matcher.drop_context(c)
         self._set_null()
 
     # --- point-to-point: posting ----------------------------------------------------------
-    def _isend(self, buf, dest, tag, mode: int, call: str):
+    def _isend(self, buf, dest, tag, mode: int, call: str, stream=None):
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
         if dest == PROC_NULL:
@@ -604,12 +798,28 @@ class Comm:
         dest = self._peer(dest, call, "destination")
         tag = self._stag(tag, call)
         m = _msg(buf, True, dest, call)
+        if _device(m):
+            return self._send_device(m, dest, tag, mode, call, stream)
+        return self._send_out(_out(m, call, stream), dest, tag, mode, call, _sig(m.datatype))
+
+    def _send_device(self, m, dest: int, tag: int, mode: int, call: str, stream):
+        """Post a send of device memory: packed on the device when non-contiguous (where the kernels
+        run), then device to device when large (``_device_send``), else through host staging."""
+        release = None
+        if not m.contiguous:
+            packed = _device_pack(m, stream)
+            if packed is not None:
+                m, stream, release = packed
         eng = _rt.ENGINE
-        if _device(m) and m.contiguous and mode != BUFFERED and m.nbytes > eng.eager_limit:
-            x = _ipc_send(eng, m, self._w[dest], self._rank, tag, self._ctx, mode, call)
-            if x is not None:
-                return x
-        return self._send_out(_out(m, call), dest, tag, mode, call, _sig(m.datatype))
+        if m.contiguous and mode != BUFFERED and m.nbytes > eng.eager_limit:
+            x = _device_send(eng, m, self._w[dest], self._rank, tag, self._ctx, mode, call, stream)
+            if release is not None:
+                _after(x, release)
+            return x
+        out = _out(m, call, stream)
+        if release is not None:
+            release()  # _out copied the packed bytes to the host
+        return self._send_out(out, dest, tag, mode, call, _sig(m.datatype))
 
     def _send_out(self, out, dest: int, tag: int, mode: int, call: str, sig: int):
         """Post the bytes ``_out`` prepared; its staging array goes back when the send completes."""
@@ -642,7 +852,7 @@ class Comm:
         done.done = True
         return done
 
-    def _irecv(self, buf, source, tag, call: str):
+    def _irecv(self, buf, source, tag, call: str, stream=None):
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
         if source == PROC_NULL:
@@ -650,7 +860,7 @@ class Comm:
         source = self._src(source, call)
         tag = self._rtag(tag, call)
         m = _msg(buf, False, source, call)
-        mem, addr, post, dev = _in(m, call)
+        mem, addr, post, dev = _in(m, call, stream)
         wpeer = ANY_SOURCE if source == ANY_SOURCE else self._w[source]
         return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, self._ctx, call, addr, _sig(m.datatype), post,
                                 dev)
@@ -672,21 +882,25 @@ class Comm:
             x = _done_xfer()
         return Request._of(x, self, None, keep)
 
-    def _send_wait(self, buf, dest, tag, mode: int, call: str) -> None:
+    def _send_wait(self, buf, dest, tag, mode: int, call: str, stream=None) -> None:
         try:
-            self._wait(self._isend(buf, dest, tag, mode, call), None, call)
+            self._wait(self._isend(buf, dest, tag, mode, call, stream), None, call)
         except MPIException as e:
             self._raise(e)
 
-    def _send_req(self, buf, dest, tag, mode: int, call: str) -> Request:
+    def _send_req(self, buf, dest, tag, mode: int, call: str, stream=None) -> Request:
         try:
-            return self._req(self._isend(buf, dest, tag, mode, call), buf)
+            return self._req(self._isend(buf, dest, tag, mode, call, stream), buf)
         except MPIException as e:
             self._raise(e)
 
     # --- blocking sends -------------------------------------------------------------------
-    def Send(self, buf, dest: int, tag: int = 0) -> None:
-        """Blocking send (MPI_Send)."""
+    def Send(self, buf, dest: int, tag: int = 0, *, stream=None) -> None:
+        """Blocking send (MPI_Send).
+
+        ``stream`` (device buffers; every buffer call takes it): the data is read after the
+        work queued on that stream (default: the array's own stream, else the current one).
+        """
         try:
             # fast path: a NumPy array to a valid rank with a valid tag
             if type(buf) is _ndarray and type(dest) is int and type(tag) is int and \
@@ -701,23 +915,24 @@ class Comm:
                     if x is not SENT:
                         self._wait(x, None, "Send")
                     return
-            self._wait(self._isend(buf, dest, tag, STANDARD, "Send"), None, "Send")
+            self._wait(self._isend(buf, dest, tag, STANDARD, "Send", stream), None, "Send")
         except MPIException as e:
             self._raise(e)
 
-    def Ssend(self, buf, dest: int, tag: int = 0) -> None:
+    def Ssend(self, buf, dest: int, tag: int = 0, *, stream=None) -> None:
         """Blocking synchronous send: returns after the receive matched (MPI_Ssend)."""
-        self._send_wait(buf, dest, tag, SYNCHRONOUS, "Ssend")
+        self._send_wait(buf, dest, tag, SYNCHRONOUS, "Ssend", stream)
 
-    def Bsend(self, buf, dest: int, tag: int = 0) -> None:
+    def Bsend(self, buf, dest: int, tag: int = 0, *, stream=None) -> None:
         """Buffered send through the attached buffer (MPI_Bsend)."""
-        self._send_wait(buf, dest, tag, BUFFERED, "Bsend")
+        self._send_wait(buf, dest, tag, BUFFERED, "Bsend", stream)
 
-    def Rsend(self, buf, dest: int, tag: int = 0) -> None:
+    def Rsend(self, buf, dest: int, tag: int = 0, *, stream=None) -> None:
         """Ready send: the matching receive must already be posted (MPI_Rsend)."""
-        self._send_wait(buf, dest, tag, READY, "Rsend")
+        self._send_wait(buf, dest, tag, READY, "Rsend", stream)
 
-    def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
+    def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None, *,
+             stream=None) -> None:
         """Blocking receive (MPI_Recv)."""
         try:
             # fast path: into a NumPy array from a valid rank (or ANY_SOURCE) with a valid tag
@@ -738,65 +953,65 @@ class Comm:
                     if x.err:
                         self._raise(error(x.err, x.errmsg))
                     return
-            self._wait(self._irecv(buf, source, tag, "Recv"), status, "Recv")
+            self._wait(self._irecv(buf, source, tag, "Recv", stream), status, "Recv")
         except MPIException as e:
             self._raise(e)
 
     # --- nonblocking ----------------------------------------------------------------------
-    def Isend(self, buf, dest: int, tag: int = 0) -> Request:
+    def Isend(self, buf, dest: int, tag: int = 0, *, stream=None) -> Request:
         """Nonblocking send (MPI_Isend)."""
-        return self._send_req(buf, dest, tag, STANDARD, "Isend")
+        return self._send_req(buf, dest, tag, STANDARD, "Isend", stream)
 
-    def Issend(self, buf, dest: int, tag: int = 0) -> Request:
+    def Issend(self, buf, dest: int, tag: int = 0, *, stream=None) -> Request:
         """Nonblocking synchronous send (MPI_Issend)."""
-        return self._send_req(buf, dest, tag, SYNCHRONOUS, "Issend")
+        return self._send_req(buf, dest, tag, SYNCHRONOUS, "Issend", stream)
 
-    def Ibsend(self, buf, dest: int, tag: int = 0) -> Request:
+    def Ibsend(self, buf, dest: int, tag: int = 0, *, stream=None) -> Request:
         """Nonblocking buffered send (MPI_Ibsend)."""
-        return self._send_req(buf, dest, tag, BUFFERED, "Ibsend")
+        return self._send_req(buf, dest, tag, BUFFERED, "Ibsend", stream)
 
-    def Irsend(self, buf, dest: int, tag: int = 0) -> Request:
+    def Irsend(self, buf, dest: int, tag: int = 0, *, stream=None) -> Request:
         """Nonblocking ready send (MPI_Irsend)."""
-        return self._send_req(buf, dest, tag, READY, "Irsend")
+        return self._send_req(buf, dest, tag, READY, "Irsend", stream)
 
-    def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+    def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, *, stream=None) -> Request:
         """Nonblocking receive (MPI_Irecv)."""
         try:
-            return self._req(self._irecv(buf, source, tag, "Irecv"), buf)
+            return self._req(self._irecv(buf, source, tag, "Irecv", stream), buf)
         except MPIException as e:
             self._raise(e)
 
     # --- combined -------------------------------------------------------------------------
     def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
-                 recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+                 recvtag: int = ANY_TAG, status: Status | None = None, *, stream=None) -> None:
         """Send and receive in one call (MPI_Sendrecv)."""
         try:
-            r = self._irecv(recvbuf, source, recvtag, "Sendrecv")
-            s = self._isend(sendbuf, dest, sendtag, STANDARD, "Sendrecv")
+            r = self._irecv(recvbuf, source, recvtag, "Sendrecv", stream)
+            s = self._isend(sendbuf, dest, sendtag, STANDARD, "Sendrecv", stream)
             self._wait(s, None, "Sendrecv")
             self._wait(r, status, "Sendrecv")
         except MPIException as e:
             self._raise(e)
 
-    def _replace_copy(self, buf, dest, call: str):
+    def _replace_copy(self, buf, dest, call: str, stream=None):
         if dest == PROC_NULL:
             return None
         m = _msg(buf, True, dest, call)
-        mem, _, release = _out(m, call)
+        mem, _, release = _out(m, call, stream)
         copy = bytearray(mem)
         if release is not None:
             release()
         return copy
 
     def Sendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
-                         recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+                         recvtag: int = ANY_TAG, status: Status | None = None, *, stream=None) -> None:
         """Send and receive through one buffer (MPI_Sendrecv_replace)."""
         try:
             self._check("Sendrecv_replace")
             if dest != PROC_NULL:
                 self._peer(dest, "Sendrecv_replace", "destination")
-            copy = self._replace_copy(buf, dest, "Sendrecv_replace")
-            r = self._irecv(buf, source, recvtag, "Sendrecv_replace")
+            copy = self._replace_copy(buf, dest, "Sendrecv_replace", stream)
+            r = self._irecv(buf, source, recvtag, "Sendrecv_replace", stream)
             s = self._isend(copy, dest, sendtag, STANDARD, "Sendrecv_replace") if copy is not None else None
             self._wait(s, None, "Sendrecv_replace")
             self._wait(r, status, "Sendrecv_replace")
@@ -819,24 +1034,24 @@ class Comm:
         return Request._of(j, self, None, keep)
 
     def Isendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
-                  recvtag: int = ANY_TAG) -> Request:
+                  recvtag: int = ANY_TAG, *, stream=None) -> Request:
         """Nonblocking send-receive (MPI_Isendrecv)."""
         try:
-            r = self._irecv(recvbuf, source, recvtag, "Isendrecv")
-            s = self._isend(sendbuf, dest, sendtag, STANDARD, "Isendrecv")
+            r = self._irecv(recvbuf, source, recvtag, "Isendrecv", stream)
+            s = self._isend(sendbuf, dest, sendtag, STANDARD, "Isendrecv", stream)
             return self._isendrecv(r, s, (sendbuf, recvbuf))
         except MPIException as e:
             self._raise(e)
 
     def Isendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
-                          recvtag: int = ANY_TAG) -> Request:
+                          recvtag: int = ANY_TAG, *, stream=None) -> Request:
         """Nonblocking send-receive through one buffer (MPI_Isendrecv_replace)."""
         try:
             self._check("Isendrecv_replace")
             if dest != PROC_NULL:
                 self._peer(dest, "Isendrecv_replace", "destination")
-            copy = self._replace_copy(buf, dest, "Isendrecv_replace")
-            r = self._irecv(buf, source, recvtag, "Isendrecv_replace")
+            copy = self._replace_copy(buf, dest, "Isendrecv_replace", stream)
+            r = self._irecv(buf, source, recvtag, "Isendrecv_replace", stream)
             s = self._isend(copy, dest, sendtag, STANDARD, "Isendrecv_replace") if copy is not None else None
             return self._isendrecv(r, s, (buf, copy))
         except MPIException as e:
@@ -947,7 +1162,7 @@ class Comm:
             self._raise(e)
 
     # --- persistent -----------------------------------------------------------------------
-    def _send_init(self, buf, dest, tag, mode, call) -> Prequest:
+    def _send_init(self, buf, dest, tag, mode, call, stream=None) -> Prequest:
         self._check(call)
         if dest == PROC_NULL:
             return Prequest._persistent(lambda: _done_xfer(), self, buf)
@@ -958,39 +1173,41 @@ class Comm:
             _host_mem(m, call)
         sig = _sig(m.datatype)
         # non-contiguous and device data are packed or staged at every Start
-        fixed = _out(m, call) if m.contiguous and not _device(m) else None
-        return Prequest._persistent(lambda: self._send_out(fixed or _out(m, call), dest, tag, mode, call, sig),
-                                    self, buf)
+        if not _device(m):
+            fixed = _out(m, call) if m.contiguous else None
+            return Prequest._persistent(lambda: self._send_out(fixed or _out(m, call), dest, tag, mode, call, sig),
+                                        self, buf)
+        return Prequest._persistent(lambda: self._send_device(m, dest, tag, mode, call, stream), self, buf)
 
-    def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+    def Send_init(self, buf, dest: int, tag: int = 0, *, stream=None) -> Prequest:
         """Persistent standard send (MPI_Send_init)."""
         try:
-            return self._send_init(buf, dest, tag, STANDARD, "Send_init")
+            return self._send_init(buf, dest, tag, STANDARD, "Send_init", stream)
         except MPIException as e:
             self._raise(e)
 
-    def Ssend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+    def Ssend_init(self, buf, dest: int, tag: int = 0, *, stream=None) -> Prequest:
         """Persistent synchronous send (MPI_Ssend_init)."""
         try:
-            return self._send_init(buf, dest, tag, SYNCHRONOUS, "Ssend_init")
+            return self._send_init(buf, dest, tag, SYNCHRONOUS, "Ssend_init", stream)
         except MPIException as e:
             self._raise(e)
 
-    def Bsend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+    def Bsend_init(self, buf, dest: int, tag: int = 0, *, stream=None) -> Prequest:
         """Persistent buffered send (MPI_Bsend_init)."""
         try:
-            return self._send_init(buf, dest, tag, BUFFERED, "Bsend_init")
+            return self._send_init(buf, dest, tag, BUFFERED, "Bsend_init", stream)
         except MPIException as e:
             self._raise(e)
 
-    def Rsend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+    def Rsend_init(self, buf, dest: int, tag: int = 0, *, stream=None) -> Prequest:
         """Persistent ready send (MPI_Rsend_init)."""
         try:
-            return self._send_init(buf, dest, tag, READY, "Rsend_init")
+            return self._send_init(buf, dest, tag, READY, "Rsend_init", stream)
         except MPIException as e:
             self._raise(e)
 
-    def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
+    def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, *, stream=None) -> Prequest:
         """Persistent receive (MPI_Recv_init)."""
         try:
             call = "Recv_init"
@@ -1007,7 +1224,7 @@ class Comm:
             ctx = self._ctx
 
             def start():
-                mem, addr, post, dev = _in(m, call)
+                mem, addr, post, dev = _in(m, call, stream)
                 return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr, sig, post, dev)
 
             return Prequest._persistent(start, self, buf)
@@ -1052,6 +1269,13 @@ class Comm:
             self._raise(e)
 
     # --- object (lowercase) API -----------------------------------------------------------
+    # Device arrays inside an object travel as messages of their own ("parts"): standard sends of
+    # the arrays through the buffer path (device to device) on the parts context ctx + 3, tagged
+    # with the sequence number the object message's header carries.  They are posted before the
+    # object message, so every part's envelope has arrived by the time that one matches; the
+    # receiver then takes them from the object message's source.  A sender's parts complete only
+    # when matched, so receives post them as soon as the object message arrives (a completion
+    # callback), whatever else the receiving rank is waiting for.
     def _osend(self, obj, dest, tag, mode, call):
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
@@ -1059,12 +1283,32 @@ class Comm:
             return None
         dest = self._peer(dest, call, "destination")
         tag = self._stag(tag, call)
-        bufs, n = _pickle.dumps(obj)
-        if mode == BUFFERED:
+        if mode == BUFFERED:  # one message in the attached buffer: device arrays go in band, through host memory
+            bufs, n = _pickle.dumps(obj)
             return self._bsend(memoryview(b"".join(bufs)), dest, tag, call)
+        bufs, n, parts = _pickle.dumps_parts(obj)
+        if parts is not None:
+            return self._osend_parts(bufs, n, parts, dest, tag, mode, call)
         return _rt.ENGINE.isend(bufs, n, self._w[dest], self._rank, tag, self._ctx, mode, call)
 
-    def _orecv(self, source, tag, call):
+    def _parts_comm(self) -> "Comm":
+        """This communicator on its parts context (ctx + 3)."""
+        c = Comm.__new__(Comm)
+        c._copy_from(self)
+        c._ctx = self._ctx + 3
+        return c
+
+    def _osend_parts(self, bufs, n: int, parts, dest: int, tag: int, mode: int, call: str):
+        """Send the device parts (empty arrays send nothing), then the object message; one joint
+        Xfer completes when they all have, and keeps the arrays alive until then."""
+        seq, arrays = parts
+        pc = self._parts_comm()
+        xs = [pc._isend(a, dest, seq, STANDARD, call) for a in arrays if a.nbytes]
+        xs.append(_rt.ENGINE.isend(bufs, n, self._w[dest], self._rank, tag, self._ctx, mode, call))
+        return _all_of(xs, arrays)
+
+    def _orecv(self, source, tag, call, watch: bool = False):
+        """Post the receive of an object message; ``watch``: post its parts' receives on arrival."""
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
         if source == PROC_NULL:
@@ -1072,10 +1316,104 @@ class Comm:
         source = self._src(source, call)
         tag = self._rtag(tag, call)
         wpeer = ANY_SOURCE if source == ANY_SOURCE else self._w[source]
+        if watch:
+            return _rt.ENGINE.irecv(None, 0, source, wpeer, tag, self._ctx, call, post=self._oparts)
         return _rt.ENGINE.irecv(None, 0, source, wpeer, tag, self._ctx, call)
 
+    def _oparts(self, x) -> None:
+        """Completion callback of an object receive (inside a progress pass): post the receives
+        of its device parts, if it has any; ``x.result`` keeps them for :meth:`_oload`."""
+        if x.err or x.cancelled:
+            return
+        try:
+            pend = _pickle.parts_of(x.mem)
+        except Exception:  # a malformed message: _oload reports it  # noqa: BLE001
+            return
+        if pend is not None:
+            x.result = self._post_parts(pend, x.st_source, x.call)
+
+    def _owatch(self, x) -> None:
+        """Post ``x``'s parts' receives as soon as it completes (now, if it has)."""
+        eng = _rt.ENGINE
+        with eng.lock:
+            if x.done:
+                self._oparts(x)
+            else:
+                prev = x.on_done
+                x.on_done = self._oparts if prev is None else (lambda xx: (prev(xx), self._oparts(xx)))
+
+    def _post_parts(self, pend, src: int, call: str):
+        """Allocate the device arrays of an object message from rank ``src`` and post the receives
+        of its parts, with no progress pass (this runs in completion callbacks too).  Returns
+        ``(arrays, joint Xfer)``; where the arrays cannot be made, ``(exception, joint)``, and the
+        parts are received and dropped, so that the sender still completes."""
+        eng = _rt.ENGINE
+        ctx, seq, wsrc = self._ctx + 3, pend.seq, self._w[src]
+        err = None
+        try:
+            arrays = _pickle.alloc(pend.specs)
+        except Exception as e:  # e.g. out of device memory: raised where the object is returned  # noqa: BLE001
+            arrays, err = None, e
+        sizes = [_pickle.part_nbytes(spec) for spec in pend.specs]
+        j = _joint(sum(1 for nb in sizes if nb))
+        j.bufs = arrays  # the destinations stay alive until every part has landed
+        with eng.lock:
+            for i, nb in enumerate(sizes):
+                if not nb:
+                    continue
+                x = Xfer(RECV)
+                x.call, x.ctx, x.src, x.wpeer, x.tag = call, ctx, src, wsrc, seq
+                x.dynamic, x.mem, x.cap, post = True, None, 0, None
+                if err is None:
+                    try:
+                        m = _msg(arrays[i], False, src, call)
+                        mem, addr, post, dev = _in(m, call)
+                    except Exception as e:  # noqa: BLE001
+                        err = e
+                    else:
+                        x.dynamic, x.mem, x.cap, x.addr, x.dev = False, mem, len(mem), addr, dev
+                        x.sig = _sig(m.datatype)
+
+                def done(xx, post=post):
+                    if post is not None:
+                        post(xx)
+                    _part_done(j, xx)
+
+                x.on_done = done
+                hit = eng.matcher.post_recv(ctx, src, seq, x)
+                if hit is not None:
+                    eng.deliver(x, hit)
+                elif wsrc in eng.failed:
+                    eng.matcher.cancel_recv(ctx, x)
+                    eng._fail_recv_for_failure(x)
+        return (arrays if err is None else err), j
+
+    def _oload(self, x, call: str, pend=None):
+        """The object of completed object receive ``x``, once its device parts have landed
+        (``pend``: what ``loads`` found in ``x`` already, if the caller looked)."""
+        res = x.result
+        if res is None:
+            if pend is None:
+                pend = _pickle.loads(x.mem)
+                if type(pend) is not _pickle.Pending:
+                    return pend
+            res = self._post_parts(pend, x.st_source, call)
+        arrays, j = res
+        if not j.done:
+            _rt.ENGINE.wait(j)
+        if type(arrays) is not list:
+            raise arrays
+        if j.err:
+            raise error(j.err, j.errmsg)
+        return _pickle.loads(x.mem, arrays)
+
     def send(self, obj, dest: int, tag: int = 0) -> None:
-        """Send a Python object (MPI_Send of its pickle)."""
+        """Send a Python object (MPI_Send of its pickle).
+
+        Device arrays inside it (CuPy, Numba, simulated) travel as messages of their own, device
+        to device, and arrive as contiguous device arrays of the same type, shape and dtype,
+        allocated on the receiver's current device.
+        """
         try:
             self._wait(self._osend(obj, dest, tag, STANDARD, "send"), None, "send")
         except MPIException as e:
@@ -1089,14 +1427,19 @@ class Comm:
             self._raise(e)
 
     def bsend(self, obj, dest: int, tag: int = 0) -> None:
-        """Buffered send of a Python object (MPI_Bsend)."""
+        """Buffered send of a Python object (MPI_Bsend).
+
+        The whole message goes through the attached buffer: device arrays inside the object are
+        copied to host memory (and need room there too), then rebuilt as device arrays on receipt.
+        """
         try:
             self._wait(self._osend(obj, dest, tag, BUFFERED, "bsend"), None, "bsend")
         except MPIException as e:
             self._raise(e)
 
     def isend(self, obj, dest: int, tag: int = 0) -> Request:
-        """Nonblocking send of a Python object (MPI_Isend)."""
+        """Nonblocking send of a Python object (MPI_Isend); the request completes when the object
+        message and the messages of the device arrays inside it (see :meth:`send`) all have."""
         try:
             return self._req(self._osend(obj, dest, tag, STANDARD, "isend"))
         except MPIException as e:
@@ -1110,7 +1453,7 @@ class Comm:
             self._raise(e)
 
     def ibsend(self, obj, dest: int, tag: int = 0) -> Request:
-        """Nonblocking buffered send of a Python object (MPI_Ibsend)."""
+        """Nonblocking buffered send of a Python object (MPI_Ibsend); device arrays as in :meth:`bsend`."""
         try:
             return self._req(self._osend(obj, dest, tag, BUFFERED, "ibsend"))
         except MPIException as e:
@@ -1122,17 +1465,21 @@ class Comm:
         try:
             x = self._orecv(source, tag, "recv")
             self._wait(x, status, "recv")
-            return None if x is None else _pickle.loads(x.mem)
+            if x is None:
+                return None
+            obj = _pickle.loads(x.mem)
+            return self._oload(x, "recv", obj) if type(obj) is _pickle.Pending else obj
         except MPIException as e:
             self._raise(e)
 
     def irecv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        """Nonblocking receive of a Python object (MPI_Irecv); ``wait()`` returns it."""
+        """Nonblocking receive of a Python object (MPI_Irecv); ``wait()`` returns it, its device
+        arrays received."""
         try:
-            x = self._orecv(source, tag, "irecv")
+            x = self._orecv(source, tag, "irecv", True)
             if x is None:
                 return Request._of(_done_xfer(), self, None)
-            return Request._of(x, self, lambda xx: _pickle.loads(xx.mem))
+            return Request._of(x, self, lambda xx: self._oload(xx, "irecv"))
         except MPIException as e:
             self._raise(e)
 
@@ -1140,11 +1487,11 @@ class Comm:
                  recvtag: int = ANY_TAG, status: Status | None = None):
         """Send and receive Python objects (MPI_Sendrecv)."""
         try:
-            r = self._orecv(source, recvtag, "sendrecv")
+            r = self._orecv(source, recvtag, "sendrecv", True)  # the peer's parts may wait on ours
             s = self._osend(sendobj, dest, sendtag, STANDARD, "sendrecv")
             self._wait(s, None, "sendrecv")
             self._wait(r, status, "sendrecv")
-            return None if r is None else _pickle.loads(r.mem)
+            return None if r is None else self._oload(r, "sendrecv")
         except MPIException as e:
             self._raise(e)
 
@@ -1331,7 +1678,7 @@ class Intracomm(Comm):
         self._cwait(xs)
         return mem
 
-    def Bcast(self, buf, root: int = 0) -> None:
+    def Bcast(self, buf, root: int = 0, *, stream=None) -> None:
         """Broadcast a buffer from root, binomial tree (MPI_Bcast)."""
         try:
             call = "Bcast"
@@ -1339,12 +1686,12 @@ class Intracomm(Comm):
             root = self._root(root, call)
             m = _msg(buf, self._rank == root, 0, call)
             if self._rank == root:
-                mem, _, release = _out(m, call)
+                mem, _, release = _out(m, call, stream)
                 self._tree_bcast(mem, root, self._ctag(), call)
                 if release is not None:
                     release()
             else:
-                mem, _, post, _ = _in(m, call)
+                mem, _, post, _ = _in(m, call, stream)
                 self._tree_bcast(mem, root, self._ctag(), call)
                 if post is not None:
                     done = Xfer(RECV)
@@ -1547,7 +1894,7 @@ class Message:
         self._arr = None
         return a, comm
 
-    def _post(self, buf, call: str):
+    def _post(self, buf, call: str, stream=None):
         t = self._take(call)
         if t is None:
             return None, None
@@ -1563,25 +1910,25 @@ class Message:
             x.mem, x.cap = None, 0
         else:
             m = _msg(buf, False, a.src, call)
-            mem, x.addr, x.on_done, x.dev = _in(m, call)
+            mem, x.addr, x.on_done, x.dev = _in(m, call, stream)
             x.sig = _sig(m.datatype)
             x.dynamic = False
             x.mem, x.cap = mem, len(mem)
         _rt.ENGINE.deliver(x, a)
         return x, comm
 
-    def Recv(self, buf, status: Status | None = None) -> None:
+    def Recv(self, buf, status: Status | None = None, *, stream=None) -> None:
         """Receive the matched message (MPI_Mrecv)."""
-        x, comm = self._post(buf, "Message.Recv")
+        x, comm = self._post(buf, "Message.Recv", stream)
         if x is None:
             if status is not None:
                 status._fill(PROC_NULL, ANY_TAG, 0)
             return
         comm._wait(x, status, "Message.Recv")
 
-    def Irecv(self, buf) -> Request:
+    def Irecv(self, buf, *, stream=None) -> Request:
         """Nonblocking receive of the matched message (MPI_Imrecv)."""
-        x, comm = self._post(buf, "Message.Irecv")
+        x, comm = self._post(buf, "Message.Irecv", stream)
         if x is None:
             return Request._of(_done_xfer(), None)
         return Request._of(x, comm, None, buf)
@@ -1594,14 +1941,15 @@ class Message:
                 status._fill(PROC_NULL, ANY_TAG, 0)
             return None
         comm._wait(x, status, "Message.recv")
-        return _pickle.loads(x.mem)
+        return comm._oload(x, "Message.recv")
 
     def irecv(self) -> Request:
         """Nonblocking receive of the matched object message."""
         x, comm = self._post(None, "Message.irecv")
         if x is None:
             return Request._of(_done_xfer(), None)
-        return Request._of(x, comm, lambda xx: _pickle.loads(xx.mem))
+        comm._owatch(x)
+        return Request._of(x, comm, lambda xx: comm._oload(xx, "Message.irecv"))
 
 
 MESSAGE_NULL = Message()

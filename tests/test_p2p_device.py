@@ -14,6 +14,7 @@ import pytest
 from gpumpi.testing import WORLD_SIZES, run_ranks
 
 SIZES = [0, 3, 5000, 300_000]  # float64: empty, eager, eager (40 KB), IPC rendezvous (2.4 MB)
+TRANSPORTS = {"cuda_ipc": {}, "staging": {"GPUMPI_TRANSPORTS": "device:staging"}}
 
 
 def values(n, seed):
@@ -50,8 +51,9 @@ def _memory_pairs():
 
 
 @pytest.mark.parametrize("n", WORLD_SIZES)
-def test_every_memory_pair(n):
-    assert run_ranks(_memory_pairs, n, timeout=60) == list(range(n))
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_every_memory_pair(transport, n):
+    assert run_ranks(_memory_pairs, n, env=TRANSPORTS[transport], timeout=60) == list(range(n))
 
 
 def _ordering_and_visibility():
@@ -80,8 +82,62 @@ def _ordering_and_visibility():
 
 
 @pytest.mark.parametrize("n", WORLD_SIZES)
-def test_send_is_ordered_after_queued_work_and_receive_is_visible(n):
-    run_ranks(_ordering_and_visibility, n, timeout=60)
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_send_is_ordered_after_queued_work_and_receive_is_visible(transport, n):
+    run_ranks(_ordering_and_visibility, n, env=TRANSPORTS[transport], timeout=60)
+
+
+def _streams(mode):
+    from gpumpi import MPI
+    from gpumpi._cuda import sim_adapter
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    nxt, prv = _peers(c)
+    ad = sim_adapter()
+    side = ad.stream_create()
+    for n in (100, 300_000):  # eager (host staging) and rendezvous (IPC or staging pipeline)
+        fresh = values(n, c.rank)
+        # stream=: the producer's copy is queued on another stream, which the send must follow
+        src = SimDeviceArray.zeros(n)
+        dst = SimDeviceArray.zeros(n)
+        ad.memcpy(src.ptr, fresh.ctypes.data, fresh.nbytes, side)
+        req = c.Isend(src, nxt, 1, stream=side)
+        c.Recv(dst, prv, 1)
+        req.Wait()
+        expect = values(n, prv)
+        assert np.array_equal(dst.get(), expect if mode == "safe" else np.zeros(n)), (n, mode)
+        ad.synchronize()
+        # the receive waits for the consumer's queued read of its buffer (no write-after-read race)
+        old = values(n, -1)
+        dst.set(old)
+        snap = np.zeros(n)
+        ad.memcpy(snap.ctypes.data, dst.ptr, dst.nbytes, ad.current_stream())  # queued, not run
+        req = c.Isend(src, nxt, 2)
+        c.Recv(dst, prv, 2)
+        req.Wait()
+        ad.synchronize()
+        assert np.array_equal(dst.get(), expect), n
+        if mode == "safe":
+            assert np.array_equal(snap, old), n  # the queued read saw the old contents
+        # GPUMPI_STREAM_MODE=none: as on mpi4py, synchronizing first is the user's job
+        ad.memcpy(src.ptr, fresh.ctypes.data, fresh.nbytes, side)
+        ad.stream_synchronize(side)
+        req = c.Isend(src, nxt, 3)
+        c.Recv(dst, prv, 3)
+        req.Wait()
+        assert np.array_equal(dst.get(), expect), n
+        del fresh
+    # a stream of the wrong kind is refused with a clear error
+    with pytest.raises(TypeError, match="not a stream"):
+        c.Isend(SimDeviceArray.zeros(4), nxt, 9, stream=object())
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+@pytest.mark.parametrize("mode", ["safe", "none"])
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_stream_keyword_and_stream_modes(transport, mode, n):
+    run_ranks(_streams, n, args=(mode,), env={**TRANSPORTS[transport], "GPUMPI_STREAM_MODE": mode}, timeout=60)
 
 
 def _ipc_cache():
@@ -121,16 +177,17 @@ def test_ipc_handles_are_opened_once_per_allocation(n):
 
 
 class _PoolArray:
-    """Simulated stream-ordered-pool memory (cudaMallocAsync), which IPC cannot export."""
+    """Simulated stream-ordered-pool (cudaMallocAsync) or managed memory, which IPC cannot export."""
 
     __gpumpi_sim__ = True
 
-    def __init__(self, n):
+    def __init__(self, n, memory):
         from gpumpi._cuda import sim_adapter
 
         self.ad = sim_adapter()
         self.n = n
-        self.ptr = self.ad.alloc_pool(max(8 * n, 1))
+        alloc = self.ad.alloc_pool if memory == "pool" else self.ad.alloc_managed
+        self.ptr = alloc(max(8 * n, 1))
         self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<f8", "data": (self.ptr, False),
                                          "version": 3, "strides": None, "stream": None}
 
@@ -138,21 +195,21 @@ class _PoolArray:
         return np.frombuffer(self.ad.host_view(self.ptr, 8 * self.n), np.float64)
 
 
-def _pool_fallback():
+def _pool_fallback(memory):
     from gpumpi import MPI
     from gpumpi.testing import SimDeviceArray
 
     c = MPI.COMM_WORLD
     nxt, prv = _peers(c)
     n = 300_000
-    src = _PoolArray(n)
+    src = _PoolArray(n, memory)
     src.view()[:] = values(n, c.rank)
     dst = SimDeviceArray.zeros(n)
     req = c.Isend(src, nxt, 4)
     c.Recv(dst, prv, 4)
     req.Wait()
     assert np.array_equal(dst.get(), values(n, prv))
-    back = _PoolArray(n)
+    back = _PoolArray(n, memory)
     req = c.Isend(dst, prv, 5)
     c.Recv(back, nxt, 5)
     req.Wait()
@@ -160,8 +217,9 @@ def _pool_fallback():
 
 
 @pytest.mark.parametrize("n", WORLD_SIZES)
-def test_pool_memory_falls_back_to_staging(n):
-    run_ranks(_pool_fallback, n, timeout=60)
+@pytest.mark.parametrize("memory", ["pool", "managed"])
+def test_pool_and_managed_memory_fall_back_to_staging(memory, n):
+    run_ranks(_pool_fallback, n, args=(memory,), timeout=60)
 
 
 def _device_calls():
@@ -214,3 +272,56 @@ def _device_calls():
 @pytest.mark.parametrize("n", WORLD_SIZES)
 def test_persistent_probe_datatypes_bcast_on_device(n):
     run_ranks(_device_calls, n, timeout=60)
+
+
+def _device_kernels():
+    from gpumpi import MPI
+    from gpumpi.kernels import pack as K
+    from gpumpi.testing import SimDeviceArray
+
+    calls = {"pack": 0, "unpack": 0}
+    real_pack, real_unpack = K.device_pack, K.device_unpack
+
+    def pack(*a, **k):
+        calls["pack"] += 1
+        return real_pack(*a, **k)
+
+    def unpack(*a, **k):
+        calls["unpack"] += 1
+        return real_unpack(*a, **k)
+
+    K.device_pack, K.device_unpack = pack, unpack
+    c = MPI.COMM_WORLD
+    nxt, prv = _peers(c)
+    for rows in (3, 700):  # 72 B (eager) and 16.8 KB packed (above the 4 KiB eager limit set below)
+        a = values(rows * 4, c.rank).reshape(rows, 4)
+        src = SimDeviceArray.from_numpy(a)
+        col = MPI.DOUBLE.Create_vector(rows, 1, 4).Commit()
+        # a column out of device memory into a column of device memory: packed and unpacked on
+        # the device; the elements between the received ones keep their values
+        dst = SimDeviceArray.from_numpy(np.full((rows, 4), -1.0))
+        req = c.Isend([src[:, 1:], 1, col], nxt, 1)
+        c.Recv([dst[:, 2:], 1, col], prv, 1)
+        req.Wait()
+        got = dst.get()
+        assert np.array_equal(got[:, 2], values(rows * 4, prv).reshape(rows, 4)[:, 1]), rows
+        assert (np.delete(got, 2, axis=1) == -1).all(), rows
+        # a device column into host memory, and a host column into device memory
+        h = np.zeros(rows)
+        req = c.Isend([src, 1, col], nxt, 2)
+        c.Recv(h, prv, 2)
+        req.Wait()
+        assert np.array_equal(h, values(rows * 4, prv)[::4]), rows
+        dst = SimDeviceArray.from_numpy(np.full((rows, 4), -1.0))
+        req = c.Isend(np.ascontiguousarray(a[:, 3]), nxt, 3)
+        c.Recv([dst, 1, col], prv, 3)
+        req.Wait()
+        assert np.array_equal(dst.get()[:, 0], values(rows * 4, prv).reshape(rows, 4)[:, 3]), rows
+        col.Free()
+    assert calls["pack"] == 4 and calls["unpack"] == 4, calls
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_non_contiguous_device_data_packs_with_device_kernels(transport, n):
+    run_ranks(_device_kernels, n, env={**TRANSPORTS[transport], "GPUMPI_EAGER_LIMIT": "4096"}, timeout=120)

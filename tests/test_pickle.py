@@ -3,7 +3,8 @@
 Expectations from the module docstring: the message is header + stream + (pad +
 buffer)*; out-of-band buffers are the objects' own memory (not copies) and start at
 multiples of 64 bytes in the message; ``loads`` rebuilds arrays as views of the
-received allocation.
+received allocation.  Device arrays (here the simulated ``SimDeviceArray``) become
+placeholders and parts (``dumps_parts``) or host copies rebuilt on the device (``dumps``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumpi._pickle import MAGIC, THRESHOLD, dumps, loads
+from gpumpi import _pickle
+from gpumpi._pickle import (MAGIC, MAGIC_PARTS, THRESHOLD, Pending, alloc, dumps, dumps_parts, loads, part_nbytes,
+                            parts_of)
 
 
 def concat(parts) -> bytearray:
@@ -260,3 +263,160 @@ def test_too_short_raises():
         loads(b"")
     with pytest.raises(ValueError):
         loads(struct.pack("<II", MAGIC, 0))
+
+
+# --- device arrays ------------------------------------------------------------------------
+
+
+def sim(a):
+    from gpumpi.testing import SimDeviceArray
+
+    return SimDeviceArray.from_numpy(a)
+
+
+def test_host_objects_same_bytes_with_or_without_a_device(monkeypatch):
+    # the plain path (no device array can exist) and the device-aware pickler agree byte for byte
+    objs = [{"a": [1, 2.5, "x"], "b": None}, {"arr": np.arange(3000.0), "small": np.arange(3), "t": (1, b"x")}]
+    monkeypatch.setattr(_pickle, "_seen_device", False)
+    monkeypatch.setattr(_pickle, "_device_possible", lambda: False)
+    plain = [(concat(dumps(o)[0]), dumps_parts(o)) for o in objs]
+    monkeypatch.setattr(_pickle, "_seen_device", True)
+    for o, (msg, (bufs, total, parts)) in zip(objs, plain):
+        assert parts is None and concat(bufs) == msg and total == len(msg)
+        dbufs, dtotal, dparts = dumps_parts(o)
+        assert dparts is None and concat(dbufs) == msg and dtotal == len(msg)
+        assert concat(dumps(o)[0]) == msg
+        assert equal(loads(msg), o)
+
+
+def test_device_arrays_become_parts():
+    from gpumpi.constants import TAG_UB_VALUE
+    from gpumpi.testing import SimDeviceArray
+
+    big = sim(np.arange(100_000.0))
+    small = sim(np.arange(3, dtype=np.int32))
+    nc = sim(np.arange(40.0).reshape(5, 8))[::2, 1:7:2]
+    empty = SimDeviceArray.empty((0, 2), np.int8)
+    host = np.arange(5000.0)
+    obj = {"big": big, "small": small, "nc": nc, "again": small, "empty": empty, "host": host, "n": 1}
+    bufs, total, parts = dumps_parts(obj)
+    seq, arrays = parts
+    assert 0 <= seq <= TAG_UB_VALUE and dumps_parts(obj)[2][0] != seq  # a new number per message
+    assert len(arrays) == 4 and arrays[0] is big and arrays[1] is small and arrays[3] is empty
+    copy = arrays[2]  # the strided view went contiguous, values kept
+    assert type(copy) is SimDeviceArray and copy.__cuda_array_interface__["strides"] is None
+    assert np.array_equal(copy.get(), np.arange(40.0).reshape(5, 8)[::2, 1:7:2])
+    msg = concat(bufs)
+    assert total == len(msg) < host.nbytes + 4096  # the device bytes are not in the message
+    assert struct.unpack_from("<IIQ", msg)[:3] == (MAGIC_PARTS, 1, seq)
+    assert addr(bufs[-1]) == host.ctypes.data  # host arrays still travel out of band
+    pend = loads(msg)
+    assert isinstance(pend, Pending) and pend.seq == seq
+    assert parts_of(msg).seq == seq and parts_of(concat(dumps({"a": 1})[0])) is None
+    assert [(s[0], s[2], s[3]) for s in pend.specs] == [
+        ("sim", (100_000,), np.float64), ("sim", (3,), np.int32), ("sim", (3, 3), np.float64), ("sim", (0, 2), np.int8)]
+    assert [part_nbytes(s) for s in pend.specs] == [800_000, 12, 72, 0]
+    got = alloc(pend.specs)
+    assert all(type(a) is SimDeviceArray for a in got)
+    assert [(a.shape, a.dtype) for a in got] == [(a.shape, a.dtype) for a in arrays]
+    for dst, src in zip(got, arrays):  # what the receiver's part messages do
+        dst.set(src.get())
+    back = loads(msg, got)
+    assert back["big"] is got[0] and back["small"] is got[1] and back["again"] is got[1]
+    assert back["nc"] is got[2] and back["empty"] is got[3]
+    assert np.array_equal(back["big"].get(), np.arange(100_000.0))
+    assert equal(back["host"], host) and back["n"] == 1
+
+
+def test_dumps_sends_device_arrays_through_host_memory():
+    from gpumpi.testing import SimDeviceArray
+
+    obj = {"big": sim(np.arange(100_000.0)), "nc": sim(np.arange(12.0).reshape(3, 4))[:, ::2],
+           "small": sim(np.arange(3, dtype=np.int16))}
+    bufs, total = dumps(obj)
+    assert struct.unpack_from("<I", concat(bufs))[0] == MAGIC
+    assert 800_000 in [memoryview(b).nbytes for b in bufs]  # the host copy travels out of band
+    for back in (loads(concat(bufs)), loads(concat_aligned(bufs, total))):
+        assert all(type(back[k]) is SimDeviceArray for k in obj)
+        assert np.array_equal(back["big"].get(), np.arange(100_000.0))
+        assert np.array_equal(back["nc"].get(), np.arange(12.0).reshape(3, 4)[:, ::2])
+        assert back["small"].dtype == np.int16 and np.array_equal(back["small"].get(), np.arange(3))
+
+
+def test_placeholders_need_their_arrays():
+    bufs, _, parts = dumps_parts({"x": sim(np.arange(3.0))})
+    with pytest.raises(ValueError, match="placeholder"):
+        _pickle._part(0)
+    with pytest.raises(ValueError, match="device part 0"):
+        loads(concat(bufs), [])
+
+
+class _Nested:
+    """Pickles by pickling another object with device arrays (a pickle inside a pickle)."""
+
+    def __reduce__(self):
+        bufs, _, parts = dumps_parts({"inner": sim(np.arange(4.0))})
+        assert parts is not None and len(parts[1]) == 1
+        return bytes, (bytes(concat(bufs)),)
+
+
+def test_nested_and_concurrent_pickling():
+    import threading
+
+    bufs, _, (seq, arrays) = dumps_parts({"n": _Nested(), "d": sim(np.arange(2.0))})
+    assert len(arrays) == 1 and np.array_equal(arrays[0].get(), np.arange(2.0))
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(50):
+                a = sim(np.full(3, t * 1000 + i, dtype=np.int64))
+                _, _, (s, arrs) = dumps_parts([a, {"k": a}, t])
+                assert len(arrs) == 1 and arrs[0] is a
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+
+
+def test_no_device_array_can_exist_before_a_device_does():
+    import subprocess
+    import sys
+
+    code = ("import sys; from gpumpi import _pickle; _pickle.dumps_parts({'a': [1]}); "
+            "print(_pickle._device_possible(), sorted({'cupy', 'numba'} & set(sys.modules))); "
+            "from gpumpi.testing import SimDeviceArray; print(_pickle._device_possible()); "
+            "SimDeviceArray.zeros(2); print(_pickle._device_possible())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.split() == ["False", "[]", "False", "True"]
+
+
+@pytest.mark.gpu
+def test_cupy_arrays_become_parts_or_host_copies():
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            pytest.skip("no CUDA device")
+    except cupy.cuda.runtime.CUDARuntimeError as e:
+        pytest.skip(f"no CUDA device ({e})")
+    a = cupy.arange(10_000, dtype=cupy.float32)
+    f = cupy.asfortranarray(cupy.arange(12.0).reshape(3, 4))
+    obj = {"a": a, "strided": a[::3], "f": f}
+    bufs, total, (seq, arrays) = dumps_parts(obj)
+    assert arrays[0] is a and arrays[2] is f and arrays[1].flags.c_contiguous
+    assert total < 4096
+    pend = loads(concat(bufs))
+    got = alloc(pend.specs)
+    assert got[2].flags.f_contiguous
+    for dst, src in zip(got, arrays):
+        dst[...] = src
+    back = loads(concat(bufs), got)
+    assert type(back["a"]) is cupy.ndarray and bool((back["strided"] == a[::3]).all())
+    assert bool((back["f"] == f).all())
+    host = loads(concat(dumps(obj)[0]))
+    assert type(host["f"]) is cupy.ndarray and bool((host["f"] == f).all())
