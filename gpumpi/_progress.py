@@ -171,7 +171,7 @@ class Engine:
         self.closed = False
         self.ipc_mem: OrderedDict = OrderedDict()  # (peer, handle) -> (adapter, base): opened once
         self.ipc_ev: OrderedDict = OrderedDict()  # event handle -> (adapter, event)
-        self.ipc_streams: dict = {}  # adapter name -> gpumpi's copy stream
+        self.copy_streams: dict = {}  # adapter name -> gpumpi's copy stream (IPC copies, staging)
         self.dev_transports = parse_transports(cfg.transports)["device"]
         self.stage_chunk = min(cfg.stage_chunk, max(4096, ring // 4))  # two chunks in flight at least
         self.stream_mode = cfg.stream_mode
@@ -290,10 +290,20 @@ class Engine:
             self.progress()
         return x
 
+    @staticmethod
+    def _ordered(x: Xfer, s) -> int:
+        """The device address of ``x`` (``x.dev``), once stream ``s`` waits for the event of the
+        work that must come first (the producer's for a send, the consumer's for a receive)."""
+        ad, addr, ev = x.dev
+        if ev is not None:
+            ad.stream_wait_event(s, ev)
+            x.dev = (ad, addr, None)
+        return addr
+
     def copy_stream(self, ad):
-        st = self.ipc_streams.get(ad.name)
+        st = self.copy_streams.get(ad.name)
         if st is None:
-            st = self.ipc_streams[ad.name] = ad.stream_create()
+            st = self.copy_streams[ad.name] = ad.stream_create()
         return st
 
     def _ipc_copy(self, x: Xfer, peer: int, body, take: int) -> bool:
@@ -328,9 +338,7 @@ class Engine:
         if take:
             s = self.copy_stream(ad)
             if x.dev is not None:
-                dst = x.dev[1]
-                if x.dev[2] is not None:  # the consumer's pending work on the buffer comes first
-                    ad.stream_wait_event(s, x.dev[2])
+                dst = self._ordered(x, s)
             else:
                 dst = x.addr if x.addr is not None else address_of(x.mem)
             if ev is not None:
@@ -588,11 +596,9 @@ class Engine:
         self.pinned[key] = (ad, addr)
 
     def _push_device(self, x: Xfer) -> None:
-        ad, addr, ev = x.dev
+        ad = x.dev[0]
         s = self.copy_stream(ad)
-        if ev is not None:  # order every read after the producer's work, once
-            ad.stream_wait_event(s, ev)
-            x.dev = (ad, addr, None)
+        addr = self._ordered(x, s)
         self._pin(ad, x.peer, True)
         tr, chunk, total = self.tr, self.stage_chunk, x.nbytes
         while True:
@@ -614,11 +620,9 @@ class Engine:
                 return
 
     def _stage_in(self, x: Xfer, peer: int, got: int, payload, take: int) -> None:
-        ad, dst, ev = x.dev
+        ad = x.dev[0]
         s = self.copy_stream(ad)
-        if ev is not None:  # the consumer's pending work on the buffer comes first, once
-            ad.stream_wait_event(s, ev)
-            x.dev = (ad, dst, None)
+        dst = self._ordered(x, s)
         self._pin(ad, peer, False)
         ad.memcpy(dst + got, address_of(payload), take, s)
         ad.stream_synchronize(s)

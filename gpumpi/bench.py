@@ -1403,36 +1403,14 @@ def metadata(
     device_keys = {}
     if buffer in DEVICE_BUFFER_KINDS or suite == "p2p-matrix":
         device_keys = {"transport": transport, "transports_env": transports_env, "devices": devices}
+    base = {"suite": suite, "impl": impl, "library": library_version(MPI), "nranks": nranks, "buffer": buffer}
     if suite == "p2p-matrix":
-        return {
-            "suite": suite,
-            "impl": impl,
-            "library": library_version(MPI),
-            "nranks": nranks,
-            "buffer": buffer,
-            **device_keys,
-            "units": {"size": "B", "bandwidth": "GB/s (1e9 B/s)", "time": "s", "warm_pct_copy": "%"},
-        }
+        return {**base, **device_keys,
+                "units": {"size": "B", "bandwidth": "GB/s (1e9 B/s)", "time": "s", "warm_pct_copy": "%"}}
     if suite == "pack":
-        return {
-            "suite": suite,
-            "impl": impl,
-            "library": library_version(MPI),
-            "nranks": nranks,
-            "buffer": buffer,
-            "units": {"block": "B", "bandwidth": "GB/s (1e9 B/s)", "first": "ms"},
-        }
-    return {
-        "suite": suite,
-        "impl": impl,
-        "library": library_version(MPI),
-        "nranks": nranks,
-        "buffer": buffer,
-        "window": window,
-        "distinct_recv": distinct_recv,
-        **device_keys,
-        "units": {"size": "B", "latency": "us", "bandwidth": "GB/s (1e9 B/s)"},
-    }
+        return {**base, "units": {"block": "B", "bandwidth": "GB/s (1e9 B/s)", "first": "ms"}}
+    return {**base, "window": window, "distinct_recv": distinct_recv, **device_keys,
+            "units": {"size": "B", "latency": "us", "bandwidth": "GB/s (1e9 B/s)"}}
 
 
 def _method_line(meta: dict | None) -> str:

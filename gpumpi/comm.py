@@ -176,16 +176,19 @@ def _sig(dt) -> int:
 
 
 class _Staging:
-    """Reusable staging arrays for packed messages, in power-of-two size classes.
+    """Reusable staging buffers for packed messages, in power-of-two size classes.
 
-    A fresh multi-megabyte array costs a page fault per 4 KiB on first touch, more than
-    the pack itself; arrays come back when their operation completes.  At most
-    ``KEEP`` arrays per class and ``CAP`` bytes in all are kept.
+    A fresh multi-megabyte buffer costs a page fault per 4 KiB on first touch (on a
+    device, an allocation call), more than the pack itself; buffers come back when
+    their operation completes.  At most ``KEEP`` buffers per class and ``CAP`` bytes in
+    all are kept; ``free`` releases what is not.  Host: NumPy byte arrays; device:
+    addresses from an adapter (:func:`_dev_pool`).
     """
 
     KEEP, CAP = 4, 256 << 20
 
-    def __init__(self) -> None:
+    def __init__(self, alloc=lambda n: _np.empty(n, dtype=_np.uint8), free=None) -> None:
+        self.alloc, self.release = alloc, free
         self.free: dict = {}
         self.kept = 0
 
@@ -195,17 +198,21 @@ class _Staging:
         if lst:
             try:
                 a = lst.pop()
-                self.kept -= a.nbytes
+                self.kept -= 1 << k
                 return a
             except IndexError:  # another thread took it
                 pass
-        return _np.empty(1 << k, dtype=_np.uint8)
+        return self.alloc(1 << k)
 
-    def put(self, a) -> None:
-        lst = self.free.setdefault(a.nbytes.bit_length() - 1, [])
-        if len(lst) < self.KEEP and self.kept + a.nbytes <= self.CAP:
-            self.kept += a.nbytes
+    def put(self, a, n: int | None = None) -> None:
+        """Return ``a``, a buffer :meth:`get` gave for ``n`` bytes (host arrays know their size)."""
+        k = max(12, ((a.nbytes if n is None else n) - 1).bit_length())
+        lst = self.free.setdefault(k, [])
+        if len(lst) < self.KEEP and self.kept + (1 << k) <= self.CAP:
+            self.kept += 1 << k
             lst.append(a)
+        elif self.release is not None:
+            self.release(a)
 
 
 _staging = _Staging()
@@ -254,27 +261,14 @@ class _DeviceBytes:
                                          "version": 3, "strides": None, "stream": None}
 
 
-_dev_pools: dict = {}  # adapter -> {size class: [device addresses]} (a forked rank has new adapters)
+_dev_pools: dict = {}  # adapter -> its device _Staging (a forked rank has new adapters)
 
 
-def _dev_get(ad, n: int) -> int:
-    k = max(12, (n - 1).bit_length())
-    lst = _dev_pools.setdefault(ad, {}).get(k)
-    if lst:
-        try:
-            return lst.pop()
-        except IndexError:  # another thread took it
-            pass
-    return ad.alloc(1 << k)
-
-
-def _dev_put(ad, addr: int, n: int) -> None:
-    k = max(12, (n - 1).bit_length())
-    lst = _dev_pools.setdefault(ad, {}).setdefault(k, [])
-    if len(lst) < 4:
-        lst.append(addr)
-    else:
-        ad.free(addr)
+def _dev_pool(ad) -> _Staging:
+    p = _dev_pools.get(ad)
+    if p is None:
+        p = _dev_pools[ad] = _Staging(ad.alloc, ad.free)
+    return p
 
 
 def _kernels_for(m):
@@ -313,7 +307,8 @@ def _device_pack(m, stream):
         return None
     ad = _adapter_of(m)
     n = m.nbytes
-    tmp = _dev_get(ad, n)
+    pool = _dev_pool(ad)
+    tmp = pool.get(n)
     s = _rt.ENGINE.copy_stream(ad)
     ev = _order_event(ad, m, stream)
     if ev is not None:
@@ -322,7 +317,7 @@ def _device_pack(m, stream):
                   _DeviceBytes(tmp, n), _kernel_stream(ad, s))
     if _rt.ENGINE.stream_mode == "none":  # no event will order the peer's read after the kernel
         ad.stream_synchronize(s)
-    return _Packed(tmp, n, m.kind, m.datatype), s, lambda: _dev_put(ad, tmp, n)
+    return _Packed(tmp, n, m.kind, m.datatype), s, lambda: pool.put(tmp, n)
 
 
 def _out(m, call: str, stream=None):
@@ -411,7 +406,8 @@ def _in_device(m, stream):
 
 def _in_device_kernels(m, K, ad, tmp, ev):
     n_max = m.nbytes
-    dtmp = _dev_get(ad, n_max)
+    pool = _dev_pool(ad)
+    dtmp = pool.get(n_max)
     dst = m.addr + m.lo
 
     def post(x):
@@ -429,7 +425,7 @@ def _in_device_kernels(m, K, ad, tmp, ev):
             ad.stream_synchronize(s)
         finally:
             _staging.put(tmp)
-            _dev_put(ad, dtmp, n_max)
+            pool.put(dtmp, n_max)
 
     return memoryview(tmp)[:n_max], tmp.ctypes.data, post, (ad, dtmp, ev)
 
