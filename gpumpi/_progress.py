@@ -75,6 +75,7 @@ class Xfer:
         "mem", "addr", "cap", "bufs", "nbytes", "got",
         "st_source", "st_tag", "st_nbytes", "err", "errmsg", "cancelled",
         "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs", "sig", "dev", "ondev",
+        "cancel_fn",  # joint operations only (left unset elsewhere): what MPI_Cancel does to them
     )
 
     def __init__(self, kind: int) -> None:

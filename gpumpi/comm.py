@@ -546,6 +546,26 @@ def _part_done(j: Xfer, x: Xfer, status_from: bool = False) -> None:
         j.done = True  # after the callback, as Engine._finish
 
 
+def _cancel_object_send(j: Xfer, main: Xfer, parts) -> None:
+    """MPI_Cancel of an object send with device parts: cancel the object message; only once
+    that is known cancelled (the receiver never saw it), cancel the parts it announces, which
+    nobody will receive now.  Cancelling them earlier could strand a receiver that matched it."""
+    eng = _rt.ENGINE
+
+    def then(xx) -> None:
+        if xx.cancelled:
+            j.cancelled = True
+            for p in parts:
+                eng.cancel(p)
+
+    with eng.lock:
+        if main.done:
+            return
+        prev = main.on_done
+        main.on_done = then if prev is None else (lambda xx: (then(xx), prev(xx)))
+    eng.cancel(main)
+
+
 def _done_xfer(source: int = PROC_NULL, tag: int = ANY_TAG) -> Xfer:
     x = Xfer(RECV)
     x.done = True
@@ -1300,8 +1320,10 @@ class Comm:
         seq, arrays = parts
         pc = self._parts_comm()
         xs = [pc._isend(a, dest, seq, STANDARD, call) for a in arrays if a.nbytes]
-        xs.append(_rt.ENGINE.isend(bufs, n, self._w[dest], self._rank, tag, self._ctx, mode, call))
-        return _all_of(xs, arrays)
+        main = _rt.ENGINE.isend(bufs, n, self._w[dest], self._rank, tag, self._ctx, mode, call)
+        j = _all_of(xs + [main], arrays)
+        j.cancel_fn = lambda: _cancel_object_send(j, main, xs)
+        return j
 
     def _orecv(self, source, tag, call, watch: bool = False):
         """Post the receive of an object message; ``watch``: post its parts' receives on arrival."""
@@ -1328,15 +1350,32 @@ class Comm:
         if pend is not None:
             x.result = self._post_parts(pend, x.st_source, x.call)
 
-    def _owatch(self, x) -> None:
-        """Post ``x``'s parts' receives as soon as it completes (now, if it has)."""
+    def _owhole(self, x, watched: bool) -> Xfer:
+        """A joint operation that completes when object receive ``x`` has and its device parts
+        have landed, with ``x``'s status: Test never blocks on parts, Cancel reaches ``x``.
+        ``watched``: ``x`` posts its parts itself (:meth:`_orecv` with ``watch``)."""
         eng = _rt.ENGINE
+        o = _joint(1)
+        o.cancel_fn = lambda: eng.cancel(x)
+
+        def whole(xx) -> None:
+            if not watched:
+                self._oparts(xx)
+            res = xx.result
+            j = None if res is None else res[1]
+            if j is None or j.done:
+                _part_done(o, xx, True)
+            else:
+                prev = j.on_done
+                j.on_done = lambda jj: (prev(jj) if prev is not None else None, _part_done(o, xx, True))
+
         with eng.lock:
             if x.done:
-                self._oparts(x)
+                whole(x)
             else:
                 prev = x.on_done
-                x.on_done = self._oparts if prev is None else (lambda xx: (prev(xx), self._oparts(xx)))
+                x.on_done = whole if prev is None else (lambda xx: (prev(xx), whole(xx)))
+        return o
 
     def _post_parts(self, pend, src: int, call: str):
         """Allocate the device arrays of an object message from rank ``src`` and post the receives
@@ -1475,7 +1514,7 @@ class Comm:
             x = self._orecv(source, tag, "irecv", True)
             if x is None:
                 return Request._of(_done_xfer(), self, None)
-            return Request._of(x, self, lambda xx: self._oload(xx, "irecv"))
+            return Request._of(self._owhole(x, True), self, lambda _o: self._oload(x, "irecv"))
         except MPIException as e:
             self._raise(e)
 
@@ -1944,8 +1983,7 @@ class Message:
         x, comm = self._post(None, "Message.irecv")
         if x is None:
             return Request._of(_done_xfer(), None)
-        comm._owatch(x)
-        return Request._of(x, comm, lambda xx: comm._oload(xx, "Message.irecv"))
+        return Request._of(comm._owhole(x, False), comm, lambda _o: comm._oload(x, "Message.irecv"))
 
 
 MESSAGE_NULL = Message()

@@ -140,8 +140,12 @@ class Request:
         x = self._active()
         if x is None:
             raise error(ERR_REQUEST, "Request.Cancel: null request")
-        if x.kind == 2:  # generalized request
-            self._cancel_greq(x)
+        if x.kind == 2:  # generalized request, or a joint operation (an object message with device parts)
+            fn = getattr(x, "cancel_fn", None)
+            if fn is not None:
+                fn()
+            else:
+                self._cancel_greq(x)
             return
         _engine().cancel(x)
 

@@ -326,3 +326,81 @@ def _cupy_objects():
 def test_cupy_arrays_in_objects():
     pytest.importorskip("cupy")  # CUDA itself is initialised in the ranks only (forked)
     run_ranks(_cupy_objects, 2, timeout=120)
+
+
+def _test_does_not_wait_for_parts():
+    import time
+
+    from gpumpi import MPI
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    big = 1 << 20  # float64: 8 MiB, far more than the ring holds: the sender must push it
+    if c.rank == 1:
+        req = c.isend({"big": SimDeviceArray.from_numpy(np.arange(big, dtype=np.float64))}, 0, 1)
+        c.Send(np.ones(1), 0, 2)  # after the object message in the same ring
+        time.sleep(1.0)  # no progress here: the staged part cannot be pushed meanwhile
+        req.wait()
+        return None
+    r = c.irecv(None, 1, 1)
+    c.Recv(np.empty(1), 1, 2)  # so the object message has arrived and its part is posted
+    flag, obj = r.test()
+    # MPI_Test is local: it must not wait for the part, which the sleeping sender still holds
+    assert (flag, obj) == (False, None)
+    got = r.wait()["big"]
+    assert type(got) is SimDeviceArray and np.array_equal(got.get(), np.arange(big, dtype=np.float64))
+    return flag
+
+
+def test_object_test_does_not_wait_for_device_parts():
+    assert run_ranks(_test_does_not_wait_for_parts, 2, env=TRANSPORTS["staging"], timeout=60)[0] is False
+
+
+def _cancel_object_send_with_parts():
+    from gpumpi import MPI
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    if c.rank == 1:
+        # ssend: the object message waits for a match, so it can be cancelled; its part too
+        obj = {"big": SimDeviceArray.from_numpy(big_values(1)), "k": 1}
+        req = c.issend(obj, 0, 1)
+        req.cancel()
+        st = MPI.Status()
+        req.wait(st)
+        assert st.Is_cancelled()
+        c.Send(np.ones(1), 0, 2)
+        c.send({"big": SimDeviceArray.from_numpy(big_values(2)), "k": 2}, 0, 1)
+        return True
+    c.Recv(np.empty(1), 1, 2)
+    got = c.recv(None, 1, 1)  # the cancelled object never arrives; the next one does
+    assert got["k"] == 2 and np.array_equal(got["big"].get(), big_values(2))
+    assert not c.iprobe(1, MPI.ANY_TAG)
+    return True
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_cancel_object_send_with_device_parts(transport):
+    assert run_ranks(_cancel_object_send_with_parts, 2, env=TRANSPORTS[transport], timeout=60) == [True, True]
+
+
+def _cancel_object_irecv():
+    from gpumpi import MPI
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    if c.rank == 0:
+        r = c.irecv(None, 1, 7)
+        r.cancel()
+        st = MPI.Status()
+        assert r.wait(st) is None and st.Is_cancelled()
+    c.Barrier()
+    if c.rank == 1:
+        c.send({"big": SimDeviceArray.from_numpy(big_values(3))}, 0, 7)
+    else:
+        assert np.array_equal(c.recv(None, 1, 7)["big"].get(), big_values(3))
+    return True
+
+
+def test_cancel_object_irecv():
+    assert run_ranks(_cancel_object_irecv, 2, timeout=60) == [True, True]
