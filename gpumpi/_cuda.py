@@ -1199,8 +1199,23 @@ class CupyAdapter:
                        self._rt.memcpyDefault, self._sptr(stream))
 
     def launch_host_func(self, s, fn) -> None:
-        """cudaLaunchHostFunc; ``fn`` must not call CUDA."""
-        self._call("launch_host_func", self._rt.launchHostFunc, self._sptr(s), lambda _arg: fn(), 0)
+        """cudaLaunchHostFunc; ``fn`` must not call CUDA.
+
+        CuPy's C trampoline calls ``callback(arg)`` on a driver thread and neither reports
+        nor survives an exception (it is dropped and the callback leaked), so one raised by
+        ``fn`` is printed here.
+        """
+        if not callable(fn):
+            raise TypeError(f"launch_host_func: fn must be callable ({type(fn).__name__})")
+        import traceback
+
+        def host_fn(_arg):
+            try:
+                fn()
+            except BaseException:  # must not reach CuPy's trampoline (runtime.pyx _HostFnFunc)
+                traceback.print_exc()
+
+        self._call("launch_host_func", self._rt.launchHostFunc, self._sptr(s), host_fn, 0)
 
     # -- events ---------------------------------------------------------------------------
 
