@@ -25,8 +25,11 @@ GPUMPI_TYPECHECK      0: do not check that a receive's basic type matches the me
 GPUMPI_CHUNK          bytes per chunk of the staged (no-CMA) pipeline (default 65536).
 GPUMPI_DEBUG          1: extra checks.
 GPUMPI_PROFILE        1: count calls, bytes and time per operation; summary at finalize.
-GPUMPI_STAGE_CHUNK    bytes per chunk of the device staging pipeline (default 1 MiB; at most a
-                      quarter of the ring, so two chunks are always in flight).
+GPUMPI_STAGE_CHUNK    bytes of each slot of a rank's device staging slab, the largest chunk of
+                      the staging pipeline (default 8 MiB; a multiple of 4096).  A message is
+                      cut into quarters of itself, between 64 KiB and one slot.
+GPUMPI_STAGE_SLOTS    slots per rank's staging slab (default 4, at most 32): how many chunks a
+                      rank can have in flight over all its staged messages.
 GPUMPI_STREAM_MODE    safe (default): device operations are ordered after the producer's stream
                       with events, and completed receives are visible to the host and the
                       consumer's stream; none: no ordering (mpi4py on a CUDA-aware MPI: the user
@@ -63,7 +66,8 @@ class Config:
     cma: bool = True
     typecheck: bool = True
     chunk: int = 65536
-    stage_chunk: int = 1 << 20
+    stage_chunk: int = 8 << 20
+    stage_slots: int = 4
     debug: bool = False
     profile: bool = False
     stream_mode: str = "safe"
@@ -95,6 +99,17 @@ def _bool(env, name: str, default: bool) -> bool:
     return v.strip().lower() not in ("0", "false", "no", "off")
 
 
+STAGE_MAX_SLOTS = 32  # two cache lines per slot in a slab's 4 KiB control page (gpumpi.ipc.slab)
+
+
+def check_stage(slots: int, slot_size: int) -> None:
+    """ValueError unless ``slots`` slots of ``slot_size`` bytes make a usable staging slab."""
+    if not 1 <= slots <= STAGE_MAX_SLOTS:
+        raise ValueError(f"gpumpi: GPUMPI_STAGE_SLOTS must be between 1 and {STAGE_MAX_SLOTS} ({slots})")
+    if slot_size < 4096 or slot_size % 4096:
+        raise ValueError(f"gpumpi: GPUMPI_STAGE_CHUNK must be a multiple of 4096 bytes, at least 4096 ({slot_size})")
+
+
 def _read(env) -> Config:
     size = _int(env, "GPUMPI_SIZE", 1)
     rank = _int(env, "GPUMPI_RANK", 0)
@@ -103,6 +118,9 @@ def _read(env) -> Config:
         raise ValueError(f"gpumpi: GPUMPI_STREAM_MODE must be 'safe' or 'none' ({mode!r})")
     transports = env.get("GPUMPI_TRANSPORTS", "")
     parse_transports(transports)  # a typo fails at start-up, not at the first device message
+    stage_chunk = _int(env, "GPUMPI_STAGE_CHUNK", 8 << 20)
+    stage_slots = _int(env, "GPUMPI_STAGE_SLOTS", 4)
+    check_stage(stage_slots, stage_chunk)
     return Config(
         rank=rank,
         size=size,
@@ -117,7 +135,8 @@ def _read(env) -> Config:
         cma=_bool(env, "GPUMPI_CMA", True),
         typecheck=_bool(env, "GPUMPI_TYPECHECK", True),
         chunk=max(4096, _int(env, "GPUMPI_CHUNK", 65536)),
-        stage_chunk=max(4096, _int(env, "GPUMPI_STAGE_CHUNK", 1 << 20)),
+        stage_chunk=stage_chunk,
+        stage_slots=stage_slots,
         debug=_bool(env, "GPUMPI_DEBUG", False),
         profile=_bool(env, "GPUMPI_PROFILE", False),
         stream_mode=mode,

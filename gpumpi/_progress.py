@@ -46,6 +46,7 @@ from ._config import parse_transports
 from .datatypes.flatten import sig_name
 from .ipc import cma
 from .ipc.shm import ShmTransport
+from .ipc.slab import Slab, chunk_for
 
 _SEG = struct.Struct("<QQ")
 _NSEG = struct.Struct("<I")
@@ -174,9 +175,10 @@ class Engine:
         self.ipc_ev: OrderedDict = OrderedDict()  # event handle -> (adapter, event)
         self.copy_streams: dict = {}  # adapter name -> gpumpi's copy stream (IPC copies, staging)
         self.dev_transports = parse_transports(cfg.transports)["device"]
-        self.stage_chunk = min(cfg.stage_chunk, max(4096, ring // 4))  # two chunks in flight at least
         self.stream_mode = cfg.stream_mode
-        self.pinned: dict = {}  # (adapter name, peer, outgoing) -> (adapter, address): page-locked rings
+        self.slabs: dict = {}  # rank -> its staging Slab (this rank's own, and peers' it reads from)
+        self.stage = (seg.stage_slots, seg.stage_slot) if seg is not None else (cfg.stage_slots, cfg.stage_chunk)
+        self.pinned: dict = {}  # (adapter name, rank) -> (adapter, address): page-locked slabs
 
     # --- helpers --------------------------------------------------------------------------
     def pid_of(self, peer: int) -> int:
@@ -476,15 +478,25 @@ class Engine:
             if flags & P.FLAG_SYNC or kind == P.RTS:
                 self.cancellable[(peer, msgid)] = arr
         elif kind == P.DATA:
-            x = self.pulls[(peer, msgid)]
+            slab = None
+            if flags & P.FLAG_SLAB:  # a staged device chunk: it waits in slot ``tag`` of the sender's slab
+                slab = self._slab(peer)
+                payload = slab.view(tag, nbytes)
+            x = self.pulls.get((peer, msgid))
+            if x is None:  # the receive failed meanwhile
+                if slab is not None:
+                    slab.release(tag)
+                return
             n = len(payload)
             got = x.got
             if got < x.cap:
                 take = min(n, x.cap - got)
                 if x.dev is None:
                     x.mem[got : got + take] = payload[:take]
-                else:  # staging: host ring -> device, before the ring space is given back
+                else:  # staging: host slot -> device, before the slot is given back
                     self._stage_in(x, peer, got, payload, take)
+            if slab is not None:
+                slab.release(tag)
             x.got = got + n
             if flags & P.FLAG_LAST:
                 del self.pulls[(peer, msgid)]
@@ -579,40 +591,57 @@ class Engine:
                 x.arrival = _UNSET
 
     # --- device staging ---------------------------------------------------------------------
-    # Chunks of at most ``stage_chunk`` bytes go device -> the shared ring to the peer (page-
-    # locked once per ring) -> device: the sender's copy of chunk i+1 runs while the receiver
-    # copies chunk i out, so the two halves of the pipeline overlap; no other host copy.
-    def _pin(self, ad, peer: int, outgoing: bool) -> None:
-        key = (ad.name, peer, outgoing)
-        if key in self.pinned:
-            return
-        from . import _cuda
+    # Chunks go device -> a slot of this rank's page-locked slab -> the peer's device; a header-
+    # only DATA frame names the slot (gpumpi.ipc.slab).  The sender fills chunk i+1 while the
+    # receiver copies chunk i out, so the two halves of the pipeline overlap; no other host copy.
+    def _slab(self, rank: int):
+        sl = self.slabs.get(rank)
+        if sl is None:
+            slots, size = self.stage
+            if self.seg is None:
+                sl = Slab.private(slots, size)
+            else:
+                sl = Slab(self.seg.slab_view(rank), slots, size)
+            self.slabs[rank] = sl
+        return sl
 
-        mv = self.tr.ring_memory(peer, outgoing)
-        addr = address_of(mv)
-        try:
-            ad.host_register(addr, len(mv))
-        except _cuda.CudaError:  # already pinned (the same ring, to and from self) or refused:
-            addr = None  # pageable staging still works, only slower
-        self.pinned[key] = (ad, addr)
+    def _pin(self, ad, rank: int):
+        """``rank``'s slab, page-locked in this process for ``ad`` (once)."""
+        sl = self._slab(rank)
+        key = (ad.name, rank)
+        if key not in self.pinned:
+            from . import _cuda
+
+            addr = address_of(sl.data)
+            try:
+                ad.host_register(addr, len(sl.data))
+            except _cuda.CudaError:  # refused: pageable staging still works, only slower
+                addr = None
+            self.pinned[key] = (ad, addr)
+        return sl
 
     def _push_device(self, x: Xfer) -> None:
         ad = x.dev[0]
         s = self.copy_stream(ad)
         addr = self._ordered(x, s)
-        self._pin(ad, x.peer, True)
-        tr, chunk, total = self.tr, self.stage_chunk, x.nbytes
+        slab = self._pin(ad, self.rank)
+        total = x.nbytes
+        chunk = chunk_for(total, slab.slot_size)
         while True:
+            k = slab.acquire(x.peer)
+            if k < 0:
+                return
             off = x.got
             n = min(chunk, total - off)
             last = off + n >= total
-
-            def fill(view, src=addr + off, n=n):
-                ad.memcpy(address_of(view), src, n, s)
+            try:
+                ad.memcpy(address_of(slab.view(k, n)), addr + off, n, s)
                 ad.stream_synchronize(s)
-
-            if not tr.try_send_fill(x.peer, P.DATA, P.FLAG_LAST if last else 0, 0, x.ctx, 0, 0, x.msgid, n, fill):
-                return
+            except BaseException:
+                slab.unacquire(k)
+                raise
+            # header only (the ring keeps its order): tag = the slot, nbytes = the chunk's length
+            self.tr.send(x.peer, P.DATA, P.FLAG_SLAB | (P.FLAG_LAST if last else 0), 0, x.ctx, k, n, x.msgid)
             x.got = off + n
             if last:
                 self.pushing.remove(x)
@@ -624,7 +653,7 @@ class Engine:
         ad = x.dev[0]
         s = self.copy_stream(ad)
         dst = self._ordered(x, s)
-        self._pin(ad, peer, False)
+        self._pin(ad, peer)
         ad.memcpy(dst + got, address_of(payload), take, s)
         ad.stream_synchronize(s)
         x.ondev = True
@@ -728,6 +757,9 @@ class Engine:
                 self.pushing.remove(x)
                 self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.peer})")
         tr = self.tr
+        own = self.slabs.get(self.rank)
+        if own is not None:  # slots handed to the dead stay theirs forever otherwise
+            own.reclaim(new)
         for p in new:
             bl = tr.backlog[p]
             if bl is not None:
@@ -768,6 +800,9 @@ class Engine:
                 except Exception:  # the adapter may be gone at exit  # noqa: BLE001
                     pass
         self.pinned.clear()
+        for sl in self.slabs.values():
+            sl.close()
+        self.slabs.clear()
         self.tr.close()
 
 

@@ -68,6 +68,7 @@ FLAG_CANCELLED = 4  # CREPLY: the message was withdrawn
 FLAG_LAST = 8  # DATA: final chunk
 FLAG_FAILED = 16  # WDONE: the sender could not write the tail
 FLAG_IPC = 32  # RTS: the payload is a device IPC handle (IPC_BODY), not host segments
+FLAG_SLAB = 64  # DATA: no payload; the chunk is in slot ``tag`` of the sender's staging slab, ``nbytes`` long
 #: WRT payload: receiver address for the tail, the tail's byte offset in the message.
 WRT_BODY = struct.Struct("<QQ")
 

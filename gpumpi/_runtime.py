@@ -197,7 +197,8 @@ def query_gpu_support() -> dict:
     ``"cupy"`` (real device) or ``"sim"`` (simulated device memory); ``cupy``: importable;
     ``device_kinds``: memory kinds buffers may have; ``ipc``: device-to-device IPC within the
     node; ``cma``: cross-memory attach for host messages; ``transports``: host and device, in
-    the order they are tried (``GPUMPI_TRANSPORTS``).
+    the order they are tried (``GPUMPI_TRANSPORTS``); ``staging``: the geometry of each rank's
+    staging slab (``slots`` of ``slot_bytes``: ``GPUMPI_STAGE_SLOTS``, ``GPUMPI_STAGE_CHUNK``).
     """
     import importlib.util
 
@@ -212,7 +213,9 @@ def query_gpu_support() -> dict:
 
         gpus = _cuda.adapter().device_count()
     real = driver and has_cupy and gpus > 0
-    chosen = _config.parse_transports(_config.get().transports)  # GPUMPI_TRANSPORTS
+    cfg = _config.get()
+    chosen = _config.parse_transports(cfg.transports)  # GPUMPI_TRANSPORTS
+    slots, slot = ENGINE.stage if ENGINE is not None else (cfg.stage_slots, cfg.stage_chunk)  # the job's, once running
     return {
         "cuda": real,
         "gpus": gpus,
@@ -222,4 +225,5 @@ def query_gpu_support() -> dict:
         "ipc": True,
         "cma": cma.available(),
         "transports": {"host": ["self", *chosen["host"]], "device": list(chosen["device"])},
+        "staging": {"slots": slots, "slot_bytes": slot},
     }

@@ -237,6 +237,8 @@ class Job:
             again after SIGTERM before SIGKILL.
         ring_size: bytes per ring of the job segment (default: ``GPUMPI_RING_SIZE``
             as :func:`gpumpi._config.get` reads it).
+        stage: (slot bytes, slots) of each rank's device staging slab (default:
+            ``GPUMPI_STAGE_CHUNK`` and ``GPUMPI_STAGE_SLOTS``).
         tag_output: pipe every rank's stdout/stderr and prefix lines with ``[rank] ``.
         dump_on_failure: also send ``dump_signal`` to the survivors of a failure
             before SIGTERM (a timeout always sends it).
@@ -256,6 +258,7 @@ class Job:
         *,
         grace: float = DEFAULT_GRACE,
         ring_size: int | None = None,
+        stage: tuple[int, int] | None = None,
         tag_output: bool = False,
         dump_signal: int = signal.SIGUSR1,
         dump_on_failure: bool = False,
@@ -293,7 +296,10 @@ class Job:
         self._phase = "run"
         self._phase_end: float | None = None
         self._dump_settling = False
-        self.seg = JobSegment.create(nranks, _config.get().ring_size if ring_size is None else ring_size)
+        cfg = _config.get() if ring_size is None or stage is None else None
+        stage_slot, stage_slots = (cfg.stage_chunk, cfg.stage_slots) if stage is None else stage
+        self.seg = JobSegment.create(nranks, cfg.ring_size if ring_size is None else ring_size, stage_slot,
+                                     stage_slots)
         try:
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)

@@ -237,7 +237,7 @@ def run_ranks(
     # The runtime must not take SIGUSR1 over from the per-rank dump file registered here.
     env = {"GPUMPI_FAULTHANDLER": "0", **{str(k): str(v) for k, v in (env or {}).items()}}
     kwargs = dict(kwargs or {})
-    ring_size = _config._read({**os.environ, **env}).ring_size
+    cfg = _config._read({**os.environ, **env})
     dumps = [tempfile.TemporaryFile() for _ in range(n)]
     results = [bytearray() for _ in range(n)]
     result_fds: list[int] = []
@@ -246,7 +246,8 @@ def run_ranks(
         job = Job(
             n,
             grace=_GRACE,
-            ring_size=ring_size,
+            ring_size=cfg.ring_size,
+            stage=(cfg.stage_chunk, cfg.stage_slots),
             dump_on_failure=True,
             dumps_done=lambda ranks: all(os.fstat(dumps[r].fileno()).st_size > 0 for r in ranks),
             env=env,

@@ -9,13 +9,16 @@ the same way.
 
 Layout (little-endian, all words 8 bytes)::
 
-    0    magic "GPUMPIJ1"
+    0    magic "GPUMPIJ2"
     8    nranks
     16   ring_size           bytes of each per-pair ring's data area
     24   epoch               bumped by the launcher after it marks a rank failed
     32   abort_code          first rank to call Abort writes code + 1 here
+    40   stage_slot          bytes of each staging slot (:mod:`gpumpi.ipc.slab`)
+    48   stage_slots         slots of each rank's staging slab
     64   rank table          nranks x 32 bytes: pid, attached, failed, exit status
     ...  rings              nranks x nranks ring blocks, page-aligned
+    ...  slabs              nranks staging slabs, page-aligned (pages untouched until used)
 
 Single-writer rule: ``epoch`` and ``failed`` are written only by the launcher;
 a rank writes only its own ``pid``/``attached`` slots and the consumer/producer
@@ -29,7 +32,9 @@ import mmap
 import os
 import struct
 
-MAGIC = b"GPUMPIJ1"
+from .slab import check_geometry, slab_size
+
+MAGIC = b"GPUMPIJ2"
 _HDR = 64
 _SLOT = 32
 PAGE = 4096
@@ -52,15 +57,17 @@ def auto_ring_size(nranks: int) -> int:
     return max(64 << 10, min(1 << 20, 1 << max(0, per.bit_length() - 1)))
 
 
-def segment_size(nranks: int, ring_size: int) -> int:
+def segment_size(nranks: int, ring_size: int, stage_slot: int = 0, stage_slots: int = 0) -> int:
     table = _align(_HDR + _SLOT * nranks, PAGE)
-    return table + nranks * nranks * ring_block_size(ring_size)
+    slabs = nranks * slab_size(stage_slots, stage_slot) if stage_slots else 0
+    return table + nranks * nranks * ring_block_size(ring_size) + slabs
 
 
 class JobSegment:
     """A mapped job segment (created by the launcher, attached by ranks)."""
 
-    __slots__ = ("fd", "mm", "buf", "q", "nranks", "ring_size", "_rings_off", "_block")
+    __slots__ = ("fd", "mm", "buf", "q", "nranks", "ring_size", "_rings_off", "_block", "stage_slot", "stage_slots",
+                 "_slabs_off")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -75,19 +82,24 @@ class JobSegment:
         self.ring_size = self.q[2]
         self._rings_off = _align(_HDR + _SLOT * self.nranks, PAGE)
         self._block = ring_block_size(self.ring_size)
+        self.stage_slot = self.q[5]
+        self.stage_slots = self.q[6]
+        self._slabs_off = self._rings_off + self.nranks * self.nranks * self._block
 
     @classmethod
-    def create(cls, nranks: int, ring_size: int) -> "JobSegment":
+    def create(cls, nranks: int, ring_size: int, stage_slot: int = 8 << 20, stage_slots: int = 4) -> "JobSegment":
         """Create a new segment (launcher side); the fd is inheritable."""
         if nranks < 1:
             raise ValueError(f"gpumpi: job needs at least one rank ({nranks})")
+        check_geometry(stage_slots, stage_slot)
         ring_size = _align(ring_size, PAGE) if ring_size > 0 else auto_ring_size(nranks)
         fd = os.memfd_create("gpumpi-job", 0)  # not CLOEXEC: ranks inherit it
         try:
-            os.ftruncate(fd, segment_size(nranks, ring_size))
+            os.ftruncate(fd, segment_size(nranks, ring_size, stage_slot, stage_slots))
             with mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
                 m[:8] = MAGIC
                 struct.pack_into("<QQ", m, 8, nranks, ring_size)
+                struct.pack_into("<QQ", m, 40, stage_slot, stage_slots)
         except BaseException:
             os.close(fd)
             raise
@@ -97,6 +109,12 @@ class JobSegment:
         """The memory of the ring carrying frames from ``src`` to ``dst``."""
         off = self._rings_off + (src * self.nranks + dst) * self._block
         return self.buf[off : off + self._block]
+
+    def slab_view(self, rank: int) -> memoryview:
+        """The memory of ``rank``'s staging slab."""
+        size = slab_size(self.stage_slots, self.stage_slot)
+        off = self._slabs_off + rank * size
+        return self.buf[off : off + size]
 
     # --- job state ---------------------------------------------------------------------
     def _slot(self, rank: int) -> int:

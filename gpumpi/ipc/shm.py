@@ -98,27 +98,6 @@ class ShmTransport:
         w.commit(n)
         return True
 
-    def try_send_fill(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int,
-                      msgid: int, n: int, fill) -> bool:
-        """Write one frame of ``n`` payload bytes that ``fill(view)`` writes straight into the ring
-        (a device-to-host copy lands in shared memory, no intermediate buffer); only if it fits
-        now.  If ``fill`` raises, nothing is published."""
-        if self.backlog[peer] is not None:
-            return False
-        w = self.out[peer]
-        off = w.reserve(HLEN + n)
-        if off < 0:
-            return False
-        d = w.data
-        _pack_into(d, off, HLEN + n, kind, flags, src, ctx, tag, nbytes, msgid)
-        fill(d[off + HLEN : off + HLEN + n])
-        w.commit(HLEN + n)
-        return True
-
-    def ring_memory(self, peer: int, outgoing: bool) -> memoryview:
-        """The payload area of the ring to (``outgoing``) or from ``peer`` (to page-lock it)."""
-        return (self.out if outgoing else self.inc)[peer].data
-
     def flush(self) -> list:
         """Retry backlogged frames; returns the tokens of the frames now written."""
         done = []
