@@ -81,9 +81,9 @@ def dumps_parts(obj, threshold: int = THRESHOLD):
     ``parts`` is None when ``obj`` holds no device array (the message is what
     :func:`dumps` makes); else ``(seq, arrays)``: the device arrays, contiguous, in
     placeholder order, which the caller sends as messages tagged ``seq``.  Arrays
-    that are neither C- nor Fortran-contiguous are copied to a contiguous array
-    first (on the device where the backend can; the simulated device and Numba
-    copy through host memory).
+    that are neither C- nor Fortran-contiguous arrive C-contiguous: CuPy copies them
+    with its own kernel first; simulated and Numba arrays are sent as they are, and
+    the buffer path packs their elements, in C order, with the device pack kernels.
     """
     if _seen_device or _device_possible():
         return _dumps_device(obj, threshold)
@@ -256,20 +256,10 @@ def _from_host(kind: str, cls, host):
 # --- device array backends ------------------------------------------------------------------
 
 
-def _c_contiguous(shape, strides, itemsize: int) -> bool:
-    want = itemsize
-    for n, s in zip(reversed(shape), reversed(strides)):
-        if n > 1 and s != want:
-            return False
-        want *= n
-    return True
-
-
-def _sim_contiguous(a):
-    strides = a.__cuda_array_interface__.get("strides")
-    if strides is None or _c_contiguous(a.shape, strides, a.dtype.itemsize):
-        return a, "C"
-    return type(a).from_numpy(a.get()), "C"  # the simulated device has no copy kernel of its own
+def _as_strided(a):
+    """A part sent as it is: a strided device view is a derived-datatype message whose
+    elements the device pack kernels gather in C order; the receiver's array is C-contiguous."""
+    return a, "C"
 
 
 def _sim_empty(cls, shape, dtype, order):
@@ -310,14 +300,9 @@ def _numba_is_device(tp) -> bool:
 
 
 def _numba_contiguous(a):
-    if a.is_c_contiguous():
-        return a, "C"
-    if a.is_f_contiguous():
+    if not a.is_c_contiguous() and a.is_f_contiguous():
         return a, "F"
-    import numpy as np
-    from numba import cuda
-
-    return cuda.to_device(np.ascontiguousarray(a.copy_to_host())), "C"  # Numba has no strided device copy
+    return _as_strided(a)
 
 
 def _numba_empty(cls, shape, dtype, order):
@@ -344,7 +329,7 @@ class _Backend:
 
 
 _BACKENDS: dict = {
-    "sim": _Backend(lambda tp: True, _sim_contiguous, _sim_empty, lambda a: a.get(),
+    "sim": _Backend(lambda tp: True, _as_strided, _sim_empty, lambda a: a.get(),
                     lambda cls, h: cls.from_numpy(h)),
     "cupy": _Backend(_cupy_is_device, _cupy_contiguous, _cupy_empty, lambda a: a.get(), _cupy_from_host),
     "numba": _Backend(_numba_is_device, _numba_contiguous, _numba_empty, lambda a: a.copy_to_host(),

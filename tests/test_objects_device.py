@@ -39,6 +39,7 @@ def make(seed):
         "empty": SimDeviceArray.empty((0, 4), np.int16),
         "big": SimDeviceArray.from_numpy(big_values(seed)),
         "slice": SimDeviceArray.from_numpy(grid(seed))[1:5, ::3],
+        "flip": SimDeviceArray.from_numpy(grid(seed))[::-1, 1::2],  # negative strides
         "list": [SimDeviceArray.from_numpy(np.full(7, seed, dtype=np.complex128)), 3, "x"],
         "host": np.arange(5000, dtype=np.int64) + seed,
         "scalar": seed,
@@ -51,14 +52,16 @@ def check(got, seed):
     from gpumpi.testing import SimDeviceArray
 
     dev = {"small": np.array([seed, seed + 0.25, -1.5], dtype=np.float32), "grid": grid(seed),
-           "empty": np.empty((0, 4), np.int16), "big": big_values(seed), "slice": grid(seed)[1:5, ::3]}
+           "empty": np.empty((0, 4), np.int16), "big": big_values(seed), "slice": grid(seed)[1:5, ::3],
+           "flip": grid(seed)[::-1, 1::2]}
     for key, want in dev.items():
         a = got[key]
         assert type(a) is SimDeviceArray, (key, type(a))
         assert a.shape == want.shape and a.dtype == want.dtype, (key, a.shape, a.dtype)
         assert np.array_equal(a.get(), want), key
     assert got["again"] is got["small"]  # one part, and the object graph kept its sharing
-    assert got["slice"].__cuda_array_interface__["strides"] is None  # received contiguous
+    for key in ("slice", "flip"):
+        assert got[key].__cuda_array_interface__["strides"] is None  # received contiguous
     head = got["list"][0]
     assert type(head) is SimDeviceArray and np.array_equal(head.get(), np.full(7, seed, dtype=np.complex128))
     assert got["list"][1:] == [3, "x"]
