@@ -101,7 +101,11 @@ def _adapter_of(m):
     return _cuda.sim_adapter() if m.kind == _SIM else _cuda.adapter()
 
 
-_ipc_events: dict = {}  # adapter -> the interprocess event re-recorded before every IPC send
+# adapter -> free (interprocess event, its IPC handle) pairs.  Every IPC send in flight has an
+# event of its own: a peer's cudaStreamWaitEvent waits for the event's latest record, so one
+# shared event, re-recorded on another stream by a later send, would let an earlier send's
+# receiver copy before that send's producer finished.  Back in the pool once the send completes.
+_ipc_events: dict = {}
 
 
 def _producer_stream(ad, m, stream):
@@ -142,17 +146,24 @@ def _device_send(eng, m, wpeer: int, me: int, tag: int, ctx: int, mode: int, cal
             handle = None
         if handle is not None:
             evh = bytes(64)
-            ev = None
+            ev = pair = None
             if eng.stream_mode != "none":  # the receiver's copy waits for the producer's work
-                ev = _ipc_events.get(ad)
-                if ev is None:
-                    ev = _ipc_events[ad] = ad.event_create(True)
+                free = _ipc_events.setdefault(ad, [])
+                if free:
+                    pair = free.pop()
+                else:
+                    e = ad.event_create(True)
+                    pair = (e, ad.ipc_event_export(e))
+                ev, evh = pair
                 ad.event_record(ev, _producer_stream(ad, m, stream))
-                evh = ad.ipc_event_export(ev)
             body = _P.IPC_BODY.pack(_P.IPC_SIM if m.kind == _SIM else _P.IPC_CUDA, handle, offset, evh)
     if body is None:
+        pair = None
         ev = _order_event(ad, m, stream)
-    return eng.isend_device(ad, body, addr, ev, m.nbytes, wpeer, me, tag, ctx, mode, call, _sig(m.datatype))
+    x = eng.isend_device(ad, body, addr, ev, m.nbytes, wpeer, me, tag, ctx, mode, call, _sig(m.datatype))
+    if pair is not None:
+        _after(x, lambda: _ipc_events[ad].append(pair))
+    return x
 
 
 def _staged_span(m, ev):
@@ -578,14 +589,8 @@ def _all_of(xs, keep) -> Xfer:
     (the memory they read), and the operations reference it until they complete."""
     j = _joint(len(xs))
     j.bufs = keep
-    eng = _rt.ENGINE
-    with eng.lock:
-        for x in xs:
-            if x.done:
-                _part_done(j, x)
-            else:
-                prev = x.on_done
-                x.on_done = (lambda xx, p=prev: (p(xx) if p is not None else None, _part_done(j, xx)))
+    for x in xs:
+        _after(x, lambda x=x: _part_done(j, x))
     return j
 
 
@@ -1354,27 +1359,19 @@ class Comm:
         """A joint operation that completes when object receive ``x`` has and its device parts
         have landed, with ``x``'s status: Test never blocks on parts, Cancel reaches ``x``.
         ``watched``: ``x`` posts its parts itself (:meth:`_orecv` with ``watch``)."""
-        eng = _rt.ENGINE
         o = _joint(1)
-        o.cancel_fn = lambda: eng.cancel(x)
+        o.cancel_fn = lambda: _rt.ENGINE.cancel(x)
 
         def whole(xx) -> None:
             if not watched:
                 self._oparts(xx)
             res = xx.result
-            j = None if res is None else res[1]
-            if j is None or j.done:
+            if res is None:
                 _part_done(o, xx, True)
-            else:
-                prev = j.on_done
-                j.on_done = lambda jj: (prev(jj) if prev is not None else None, _part_done(o, xx, True))
+            else:  # when its parts have landed
+                _after(res[1], lambda: _part_done(o, xx, True))
 
-        with eng.lock:
-            if x.done:
-                whole(x)
-            else:
-                prev = x.on_done
-                x.on_done = whole if prev is None else (lambda xx: (prev(xx), whole(xx)))
+        _after(x, lambda: whole(x))
         return o
 
     def _post_parts(self, pend, src: int, call: str):

@@ -325,3 +325,42 @@ def _device_kernels():
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 def test_non_contiguous_device_data_packs_with_device_kernels(transport, n):
     run_ranks(_device_kernels, n, env={**TRANSPORTS[transport], "GPUMPI_EAGER_LIMIT": "4096"}, timeout=120)
+
+
+def _ipc_event_per_send():
+    from gpumpi import MPI
+    from gpumpi import comm as C
+    from gpumpi._cuda import sim_adapter
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    ad = sim_adapter()
+    n = 300_000  # rendezvous: by IPC handle, with an interprocess event the receiver waits on
+    if c.rank == 0:
+        s1, s2 = ad.stream_create(), ad.stream_create()
+        a, b = SimDeviceArray.from_numpy(values(n, 1)), SimDeviceArray.from_numpy(values(n, 2))
+        pool = C._ipc_events.setdefault(ad, [])
+        before = list(pool)
+        r1 = c.Isend(a, 1, 1, stream=s1)
+        r2 = c.Isend(b, 1, 2, stream=s2)
+        # both are in flight: each has an event of its own (a peer waits on an event's latest
+        # record, so a shared one re-recorded on s2 would stop ordering the first send after s1)
+        assert len(pool) == max(0, len(before) - 2)
+        c.Send(np.ones(1), 1, 3)
+        MPI.Request.Waitall([r1, r2])
+        assert len(pool) == max(2, len(before))  # both back, once their sends completed
+        ev = {id(e) for e, _h in pool}
+        assert len(ev) == len(pool) and all(h is not None for _e, h in pool)
+        c.Send(SimDeviceArray.from_numpy(values(n, 4)), 1, 4)  # reuses one: the pool does not grow
+        assert len(pool) == max(2, len(before)) and {id(e) for e, _h in pool} == ev
+    elif c.rank == 1:
+        c.Recv(np.empty(1), 0, 3)
+        for tag, seed in ((2, 2), (1, 1), (4, 4)):
+            dst = SimDeviceArray.zeros(n)
+            c.Recv(dst, 0, tag)
+            assert np.array_equal(dst.get(), values(n, seed)), tag
+    return True
+
+
+def test_every_ipc_send_in_flight_has_its_own_event():
+    assert run_ranks(_ipc_event_per_send, 2, timeout=60) == [True, True]
