@@ -508,6 +508,21 @@ class SimAdapter:
                 return a
         return None
 
+    def _shared(self, call: str, name: str, length: int, kind: int, size: int) -> tuple[int, int, int]:
+        """A new shared mapping of ``length`` bytes (a memfd peers open through its handle), its
+        header written: ``(address, fd, serial)``."""
+        fd = _new_memfd(call, name, length)
+        try:
+            m = _map(call, length, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._lock:
+            self._serial += 1
+            serial = self._serial
+        _write_header(m, kind, self._token, serial, size)
+        return m, fd, serial
+
     def alloc(self, nbytes: int) -> int:
         """Allocate device memory (cudaMalloc); 0 bytes gives address 0."""
         n = _nbytes("alloc", nbytes)
@@ -515,17 +530,9 @@ class SimAdapter:
         if n == 0:
             return 0
         map_len = PAGE + _round(n)
-        fd = _new_memfd("alloc", "gpumpi-sim", map_len)
-        try:
-            m = _map("alloc", map_len, fd)
-        except BaseException:
-            os.close(fd)
-            raise
+        m, fd, serial = self._shared("alloc", "gpumpi-sim", map_len, _KIND_MEM, n)
         with self._lock:
-            self._serial += 1
-            serial = self._serial
             dev = self.current_device()
-            _write_header(m, _KIND_MEM, self._token, serial, n)
             handle = _HANDLE.pack(_H_MEM, 1, dev, 0, self._pid, fd, n, serial, self._token)
             self._insert(_Alloc(m + PAGE, n, DEVICE, dev, m, map_len, fd, serial, handle))
         return m + PAGE
@@ -824,16 +831,7 @@ class SimAdapter:
         self._check()
         e = SimEvent(self, bool(interprocess))
         if interprocess:
-            fd = _new_memfd("event_create", "gpumpi-sim-event", PAGE)
-            try:
-                m = _map("event_create", PAGE, fd)
-            except BaseException:
-                os.close(fd)
-                raise
-            with self._lock:
-                self._serial += 1
-                serial = self._serial
-            _write_header(m, _KIND_EVENT, self._token, serial, 0)
+            m, fd, serial = self._shared("event_create", "gpumpi-sim-event", PAGE, _KIND_EVENT, 0)
             e._handle = _HANDLE.pack(_H_EVENT, 1, self.current_device(), 0, self._pid, fd, 0, serial, self._token)
             e._attach(m, fd, self._pid)
         return e
@@ -1286,26 +1284,24 @@ def _install_fork_hook() -> None:
         _fork_hook.append(True)
 
 
-def sim_adapter() -> SimAdapter:
-    """The process's simulated adapter (created on first use; a fresh one after fork)."""
-    a = _INSTANCES.get("sim")
+def _instance(name: str, cls):
+    a = _INSTANCES.get(name)
     if a is None:
         with _INSTANCES_LOCK:
-            a = _INSTANCES.get("sim")
+            a = _INSTANCES.get(name)
             if a is None:
-                a = _INSTANCES["sim"] = SimAdapter()
+                a = _INSTANCES[name] = cls()
     return a
+
+
+def sim_adapter() -> SimAdapter:
+    """The process's simulated adapter (created on first use; a fresh one after fork)."""
+    return _instance("sim", SimAdapter)
 
 
 def cupy_adapter() -> CupyAdapter:
     """The process's CuPy adapter (ImportError naming ``gpumpi[cuda]`` when cupy is missing)."""
-    a = _INSTANCES.get("cupy")
-    if a is None:
-        with _INSTANCES_LOCK:
-            a = _INSTANCES.get("cupy")
-            if a is None:
-                a = _INSTANCES["cupy"] = CupyAdapter()
-    return a
+    return _instance("cupy", CupyAdapter)
 
 
 def adapter():

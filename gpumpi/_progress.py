@@ -143,6 +143,20 @@ def decode_segments(mv) -> list:
     return [_SEG.unpack_from(mv, 4 + 16 * i) for i in range(k)]
 
 
+def _opened(cache: OrderedDict, key, ad, open_: str, handle, close: str):
+    """``(ad, ad.<open_>(handle))`` from the LRU ``cache`` of IPC mappings or events, opened on
+    a miss; past ``_IPC_CACHE`` entries the least recently used one is closed (``<close>``)."""
+    hit = cache.get(key)
+    if hit is not None:
+        cache.move_to_end(key)
+        return hit
+    hit = cache[key] = (ad, getattr(ad, open_)(handle))
+    if len(cache) > _IPC_CACHE:
+        _, (old_ad, old) = cache.popitem(last=False)
+        getattr(old_ad, close)(old)
+    return hit
+
+
 class Engine:
     """Per-process progress engine (see module docstring)."""
 
@@ -317,25 +331,11 @@ class Engine:
             return False
         akind, handle, offset, evh = P.IPC_BODY.unpack(body)
         ad = _cuda.sim_adapter() if akind == P.IPC_SIM else _cuda.adapter()
-        key = (peer, handle)
         try:
-            hit = self.ipc_mem.get(key)
-            if hit is None:
-                hit = self.ipc_mem[key] = (ad, ad.ipc_open(handle))
-                if len(self.ipc_mem) > _IPC_CACHE:
-                    (_, (old_ad, old_base)) = self.ipc_mem.popitem(last=False)
-                    old_ad.ipc_close(old_base)
-            else:
-                self.ipc_mem.move_to_end(key)
+            hit = _opened(self.ipc_mem, (peer, handle), ad, "ipc_open", handle, "ipc_close")
             ev = None
-            if evh.strip(b"\0"):
-                hev = self.ipc_ev.get(evh)
-                if hev is None:
-                    hev = self.ipc_ev[evh] = (ad, ad.ipc_event_open(evh))
-                    if len(self.ipc_ev) > _IPC_CACHE:
-                        (_, (old_ad, old_ev)) = self.ipc_ev.popitem(last=False)
-                        old_ad.event_destroy(old_ev)
-                ev = hev[1]
+            if evh.strip(b"\0"):  # the sender's interprocess event
+                ev = _opened(self.ipc_ev, evh, ad, "ipc_event_open", evh, "event_destroy")[1]
         except (_cuda.StaleHandle, _cuda.IpcUnsupported, _cuda.CudaError, OSError):
             return False
         if take:

@@ -39,8 +39,9 @@ def ptr(a):
     return a.__array_interface__["data"][0]
 
 
-def in_child(fn):
-    """Run ``fn()`` in a forked child; re-raise its failure here with its traceback."""
+def in_child(fn, meanwhile=None):
+    """Run ``fn()`` in a forked child, and ``meanwhile()`` here while it runs; re-raise the
+    child's failure here with its traceback."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
@@ -53,14 +54,18 @@ def in_child(fn):
         os.write(w, msg)
         os._exit(0)
     os.close(w)
-    chunks = []
-    while True:
-        b = os.read(r, 65536)
-        if not b:
-            break
-        chunks.append(b)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
+    try:
+        if meanwhile is not None:
+            meanwhile()
+    finally:
+        chunks = []
+        while True:
+            b = os.read(r, 65536)
+            if not b:
+                break
+            chunks.append(b)
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
     out = b"".join(chunks).decode()
     assert out == "ok", f"child failed (status {status}):\n{out}"
 
@@ -389,32 +394,11 @@ def test_interprocess_event_pending_in_another_process():
         a.launch_host_func(s, hold)
         a.event_record(ev, s)
 
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        os.close(r)
-        try:
-            child()
-            msg = b"ok"
-        except BaseException:
-            msg = traceback.format_exc().encode()
-        os.write(w, msg)
-        os._exit(0)
-    os.close(w)
     try:
-        parent_side()
+        in_child(child, parent_side)
     finally:
-        out = b""
-        while True:
-            b = os.read(r, 65536)
-            if not b:
-                break
-            out += b
-        os.close(r)
-        os.waitpid(pid, 0)
         os.close(to_child_w)
         os.close(to_parent_r)
-    assert out == b"ok", out.decode()
     a.free(d)
 
 

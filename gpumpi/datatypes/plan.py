@@ -608,26 +608,15 @@ def _elements(datatype: Datatype, nbytes: int, call: str) -> int:
     return count
 
 
-def _source(datatype: Datatype, inbuf, call: str):
-    """``(memoryview, count)`` of the elements ``Pack`` reads from the start of ``inbuf``."""
-    view = as_buffer(inbuf, True, call)
+def _whole(datatype: Datatype, buf, readonly: bool, what: str, call: str):
+    """``(memoryview, count)`` of the whole elements of ``datatype`` in ``buf`` (Pack's ``inbuf``,
+    Unpack's ``outbuf``), the typemap checked to lie inside it."""
+    view = as_buffer(buf, readonly, call)
     count = _elements(datatype, view.nbytes, call)
-    mem = _host_mem(view, "inbuf", call)
+    mem = _host_mem(view, what, call)
     p = plan_for(datatype, count)
     if p.nbytes and (p.lo < 0 or p.hi > view.nbytes):
-        raise ValueError(f"{call}: inbuf too small for {count} elements of datatype "
-                         f"{datatype._rec.name or repr(datatype)} (needs bytes [{p.lo}, {p.hi}), "
-                         f"buffer length {view.nbytes})")
-    return mem, count
-
-
-def _target(datatype: Datatype, outbuf, call: str):
-    view = as_buffer(outbuf, False, call)
-    count = _elements(datatype, view.nbytes, call)
-    mem = _host_mem(view, "outbuf", call)
-    p = plan_for(datatype, count)
-    if p.nbytes and (p.lo < 0 or p.hi > view.nbytes):
-        raise ValueError(f"{call}: outbuf too small for {count} elements of datatype "
+        raise ValueError(f"{call}: {what} too small for {count} elements of datatype "
                          f"{datatype._rec.name or repr(datatype)} (needs bytes [{p.lo}, {p.hi}), "
                          f"buffer length {view.nbytes})")
     return mem, count
@@ -646,7 +635,7 @@ def _window(buf, readonly: bool, position: int, n: int, what: str, call: str):
 
 def _pack_method(datatype: Datatype, inbuf, outbuf, position: int) -> int:
     call = "Datatype.Pack"
-    mem, count = _source(datatype, inbuf, call)
+    mem, count = _whole(datatype, inbuf, True, "inbuf", call)
     n = count * datatype._size
     out = _window(outbuf, False, position, n, "outbuf", call)
     pack_into(mem, 0, datatype, count, out)
@@ -655,7 +644,7 @@ def _pack_method(datatype: Datatype, inbuf, outbuf, position: int) -> int:
 
 def _unpack_method(datatype: Datatype, inbuf, position: int, outbuf) -> int:
     call = "Datatype.Unpack"
-    mem, count = _target(datatype, outbuf, call)
+    mem, count = _whole(datatype, outbuf, False, "outbuf", call)
     n = count * datatype._size
     data = _window(inbuf, True, position, n, "inbuf", call)
     unpack(data, mem, 0, datatype, count)
@@ -664,7 +653,7 @@ def _unpack_method(datatype: Datatype, inbuf, position: int, outbuf) -> int:
 
 def _pack_external_method(datatype: Datatype, inbuf, outbuf, position: int) -> int:
     call = "Datatype.Pack_external"
-    mem, count = _source(datatype, inbuf, call)
+    mem, count = _whole(datatype, inbuf, True, "inbuf", call)
     data = external32_pack(mem, 0, datatype, count)
     out = _window(outbuf, False, position, len(data), "outbuf", call)
     out[:] = data
@@ -673,7 +662,7 @@ def _pack_external_method(datatype: Datatype, inbuf, outbuf, position: int) -> i
 
 def _unpack_external_method(datatype: Datatype, inbuf, position: int, outbuf) -> int:
     call = "Datatype.Unpack_external"
-    mem, count = _target(datatype, outbuf, call)
+    mem, count = _whole(datatype, outbuf, False, "outbuf", call)
     n = count * _external_plan(datatype).esize
     data = _window(inbuf, True, position, n, "inbuf", call)
     external32_unpack(data, mem, 0, datatype, count)
