@@ -15,20 +15,15 @@ import time as _time
 from . import _config as _cfg
 from . import _runtime as _rt
 from ._version import __version__ as _version
+from ._p2p import Attach_buffer, Detach_buffer, Flush_buffer  # noqa: F401
 from .comm import (  # noqa: F401
     COMM_NULL,
-    MESSAGE_NO_PROC,
-    MESSAGE_NULL,
-    Attach_buffer,
     Cartcomm,
     Comm,
-    Detach_buffer,
     Distgraphcomm,
-    Flush_buffer,
     Graphcomm,
     Intercomm,
     Intracomm,
-    Message,
     Topocomm,
 )
 from .constants import *  # noqa: F401,F403
@@ -51,6 +46,7 @@ from .errors import (  # noqa: F401
 )
 from .group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
 from .info import INFO_ENV, INFO_NULL, Info  # noqa: F401
+from .message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
 from .request import REQUEST_NULL, Grequest, Prequest, Request  # noqa: F401
 from .status import Status  # noqa: F401
 

@@ -16,7 +16,8 @@ of the caller's list become ``REQUEST_NULL``; with several errors they raise
 from __future__ import annotations
 
 from . import _runtime as _rt
-from .constants import UNDEFINED
+from ._progress import GREQ, RECV, SENT, Xfer
+from .constants import ANY_TAG, PROC_NULL, UNDEFINED
 from .errors import ERR_IN_STATUS, ERR_PENDING, ERR_REQUEST, SUCCESS, error
 from .errors import Exception as MPIException
 from .status import Status
@@ -485,7 +486,6 @@ class Grequest(Request):
     @classmethod
     def Start(cls, query_fn=None, free_fn=None, cancel_fn=None, args=None, kwargs=None) -> "Grequest":
         """Create a generalized request (MPI_Grequest_start)."""
-        from ._progress import GREQ, Xfer
 
         _rt.ensure()
         r = cls.__new__(cls)
@@ -525,3 +525,61 @@ class Grequest(Request):
 
 
 REQUEST_NULL = Request()
+
+
+# --- completion combinators: operations made of operations --------------------------------
+# Every layer above the engine composes completions with these: a send whose staging buffer
+# goes back when it completes (after), an object message with device parts, a send-receive,
+# a partitioned request or a collective schedule (joint + part_done, all_of).
+
+
+def after(x, fn) -> None:
+    """Run ``fn()`` once operation ``x`` has completed (now, if it has)."""
+    if x is None or x is SENT or x.done:
+        fn()
+        return
+    with _rt.ENGINE.lock:
+        if x.done:
+            fn()
+        else:
+            prev = x.on_done
+            x.on_done = (lambda xx: (prev(xx), fn())) if prev is not None else (lambda xx: fn())
+
+
+def joint(n: int) -> Xfer:
+    """An Xfer that completes when ``n`` parts have called ``part_done``."""
+    j = Xfer(GREQ)
+    j.got = n
+    j.done = n == 0
+    return j
+
+
+def part_done(j: Xfer, x: Xfer, status_from: bool = False) -> None:
+    if x.err and not j.err:
+        j.err, j.errmsg = x.err, x.errmsg
+    if status_from:
+        j.st_source, j.st_tag, j.st_nbytes, j.cancelled = x.st_source, x.st_tag, x.st_nbytes, x.cancelled
+    j.got -= 1
+    if j.got == 0:
+        cb = j.on_done
+        if cb is not None:
+            j.on_done = None
+            cb(j)
+        j.done = True  # after the callback, as Engine._finish
+
+
+def done_xfer(source: int = PROC_NULL, tag: int = ANY_TAG) -> Xfer:
+    x = Xfer(RECV)
+    x.done = True
+    x.st_source, x.st_tag, x.st_nbytes = source, tag, 0
+    return x
+
+
+def all_of(xs, keep) -> Xfer:
+    """A joint Xfer that completes when every operation of ``xs`` has; it references ``keep``
+    (the memory they read), and the operations reference it until they complete."""
+    j = joint(len(xs))
+    j.bufs = keep
+    for x in xs:
+        after(x, lambda x=x: part_done(j, x))
+    return j

@@ -274,6 +274,41 @@ def test_persistent_probe_datatypes_bcast_on_device(n):
     run_ranks(_device_calls, n, timeout=60)
 
 
+def _bcast_stays_on_device():
+    from gpumpi import MPI
+    from gpumpi._cuda import sim_adapter
+    from gpumpi.testing import SimDeviceArray
+
+    ad = sim_adapter()
+    copies = []
+    real = ad.memcpy
+
+    def memcpy(dst, src, n, stream=None):
+        copies.append((ad.pointer_info(src).kind, ad.pointer_info(dst).kind, n))
+        return real(dst, src, n, stream)
+
+    ad.memcpy = memcpy
+    c = MPI.COMM_WORLD
+    n = 300_000  # 2.4 MB: a rendezvous on every edge of the tree
+    for root in range(c.size):
+        buf = SimDeviceArray.from_numpy(values(n, c.rank))
+        del copies[:]
+        c.Bcast(buf, root)
+        assert np.array_equal(buf.get(), values(n, root)), root
+        # every byte that moved went device to device: the root's buffer was never staged to the
+        # host, no receiver's data came up from a host staging array
+        assert all(s == d == "device" for s, d, _ in copies), (root, copies)
+        if c.rank != root:
+            assert sum(nb for *_, nb in copies) == buf.nbytes, (root, copies)
+    return len(copies)
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_device_bcast_never_touches_host_memory(n):
+    """Bcast goes through the one buffer path: device to device on every edge of the tree."""
+    run_ranks(_bcast_stays_on_device, n, timeout=60)
+
+
 def _device_kernels():
     from gpumpi import MPI
     from gpumpi.kernels import pack as K
@@ -329,7 +364,7 @@ def test_non_contiguous_device_data_packs_with_device_kernels(transport, n):
 
 def _ipc_event_per_send():
     from gpumpi import MPI
-    from gpumpi import comm as C
+    from gpumpi import _p2p as C
     from gpumpi._cuda import sim_adapter
     from gpumpi.testing import SimDeviceArray
 

@@ -1,0 +1,129 @@
+"""Matched messages: the handle Mprobe/Improbe return (MPI_Message) (L5).
+
+Theory of operation
+===================
+A matched probe takes an arrival off the unexpected queue of its context
+(``Matcher.take``), so no other receive can match it; the :class:`Message` holds it
+until ``Recv``/``Irecv`` (buffers, through the one buffer path ``_p2p``) or
+``recv``/``irecv`` (objects, ``_objects``) hands it to the engine with
+``Engine.deliver``.  A message is received once: the handle then becomes
+``MESSAGE_NULL``.  ``MESSAGE_NO_PROC`` (a probe of ``PROC_NULL``) receives nothing,
+with a ``PROC_NULL`` status.
+"""
+
+from __future__ import annotations
+
+from . import _objects
+from . import _p2p
+from . import _runtime as _rt
+from ._progress import RECV, Xfer
+from .constants import ANY_TAG, PROC_NULL
+from .errors import ERR_REQUEST, error
+from .request import Request, done_xfer
+from .status import Status
+
+
+class Message:
+    """Matched message handle from Mprobe/Improbe (MPI_Message)."""
+
+    __slots__ = ("_arr", "_comm", "_noproc")
+
+    def __init__(self, message: "Message | None" = None) -> None:
+        if message is None:
+            self._arr, self._comm, self._noproc = None, None, False
+        else:
+            self._arr, self._comm, self._noproc = message._arr, message._comm, message._noproc
+
+    @classmethod
+    def _of(cls, arr, comm) -> "Message":
+        m = cls.__new__(cls)
+        m._arr, m._comm, m._noproc = arr, comm, False
+        return m
+
+    @classmethod
+    def _no_proc(cls) -> "Message":
+        m = cls.__new__(cls)
+        m._arr, m._comm, m._noproc = None, None, True
+        return m
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self._arr is other._arr and self._noproc == other._noproc
+
+    def __hash__(self) -> int:
+        return hash((id(self._arr), self._noproc))
+
+    def __bool__(self) -> bool:
+        return self._arr is not None or self._noproc
+
+    def _take(self, call: str):
+        if self._noproc:
+            self._noproc = False
+            return None
+        if self._arr is None:
+            raise error(ERR_REQUEST, f"{call}: null message (MESSAGE_NULL)")
+        a, comm = self._arr, self._comm
+        self._arr = None
+        return a, comm
+
+    def _post(self, buf, call: str, stream=None):
+        t = self._take(call)
+        if t is None:
+            return None, None
+        a, comm = t
+        x = Xfer(RECV)
+        x.call = call
+        x.ctx = a.ctx
+        x.src = a.src
+        x.wpeer = a.peer
+        x.tag = a.tag
+        if buf is None:
+            x.dynamic = True
+            x.mem, x.cap = None, 0
+        else:
+            m = _p2p._msg(buf, False, a.src, call)
+            mem, x.addr, x.on_done, x.dev = _p2p._in(m, call, stream)
+            x.sig = _p2p._sig(m.datatype)
+            x.dynamic = False
+            x.mem, x.cap = mem, len(mem)
+        _rt.ENGINE.deliver(x, a)
+        return x, comm
+
+    def Recv(self, buf, status: Status | None = None, *, stream=None) -> None:
+        """Receive the matched message (MPI_Mrecv)."""
+        x, comm = self._post(buf, "Message.Recv", stream)
+        if x is None:
+            if status is not None:
+                status._fill(PROC_NULL, ANY_TAG, 0)
+            return
+        comm._wait(x, status, "Message.Recv")
+
+    def Irecv(self, buf, *, stream=None) -> Request:
+        """Nonblocking receive of the matched message (MPI_Imrecv)."""
+        x, comm = self._post(buf, "Message.Irecv", stream)
+        if x is None:
+            return Request._of(done_xfer(), None)
+        return Request._of(x, comm, None, buf)
+
+    def recv(self, status: Status | None = None):
+        """Receive the matched object message."""
+        x, comm = self._post(None, "Message.recv")
+        if x is None:
+            if status is not None:
+                status._fill(PROC_NULL, ANY_TAG, 0)
+            return None
+        comm._wait(x, status, "Message.recv")
+        return _objects.load(x, "Message.recv", comm._w, comm._ctx)
+
+    def irecv(self) -> Request:
+        """Nonblocking receive of the matched object message."""
+        x, comm = self._post(None, "Message.irecv")
+        if x is None:
+            return Request._of(done_xfer(), None)
+        return Request._of(_objects.whole(x, False, comm._w, comm._ctx), comm,
+                           lambda _o: _objects.load(x, "Message.irecv", comm._w, comm._ctx))
+
+
+MESSAGE_NULL = Message()
+MESSAGE_NO_PROC = Message._no_proc()
