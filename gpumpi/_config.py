@@ -36,8 +36,9 @@ GPUMPI_STREAM_MODE    safe (default): device operations are ordered after the pr
                       synchronizes before sending).
 GPUMPI_TRANSPORTS     transport choice per memory kind, in order of preference, e.g.
                       "device:staging" (every device message through host staging) or
-                      "host:shm,device:cuda_ipc+staging" (the default).  Kinds: host (shm),
-                      device (cuda_ipc, staging; staging is always kept as the last resort).
+                      "host:self+cma+shm,device:self+cuda_ipc+staging" (the default).
+                      Kinds: host (self, cma, shm), device (self, cuda_ipc, staging); the
+                      last of each is always kept as the last resort.
 GPUMPI_DEVICE         auto (default), sim, or none.
 GPUMPI_ASYNC_PROGRESS 1: start a progress thread.
 GPUMPI_NVTX           0: disable NVTX ranges even when nvtx is importable (default 1).
@@ -148,15 +149,19 @@ def _read(env) -> Config:
     )
 
 
-TRANSPORTS = {"host": ("shm",), "device": ("cuda_ipc", "staging")}
+#: the transports of each memory kind, in the default order of preference; the last of each
+#: kind reaches every peer (it pushes the data), so every list ends with it
+TRANSPORTS = {"host": ("self", "cma", "shm"), "device": ("self", "cuda_ipc", "staging")}
+_LAST = {k: v[-1] for k, v in TRANSPORTS.items()}
 
 
 def parse_transports(text: str) -> dict:
     """``GPUMPI_TRANSPORTS`` as ``{kind: names in order of preference}`` (defaults for kinds not named).
 
-    ``"device:staging"`` gives ``{"host": ("shm",), "device": ("staging",)}``; names of one
-    kind are joined by ``+`` (or given as repeated ``kind:name`` items).  The device list
-    always ends with ``staging``, which reaches every peer.
+    ``"device:staging"`` gives ``{"host": ("self", "cma", "shm"), "device": ("staging",)}``;
+    names of one kind are joined by ``+`` (or given as repeated ``kind:name`` items).  Each
+    list ends with the transport that reaches every peer (``shm`` for host memory,
+    ``staging`` for device memory), added if not named.
     """
     named: dict = {}
     for item in text.replace(";", ",").split(","):
@@ -176,8 +181,9 @@ def parse_transports(text: str) -> dict:
             if name not in lst:
                 lst.append(name)
     out = {k: tuple(named.get(k) or v) for k, v in TRANSPORTS.items()}
-    if out["device"][-1] != "staging":
-        out["device"] = (*[n for n in out["device"] if n != "staging"], "staging")
+    for k, last in _LAST.items():
+        if out[k][-1] != last:
+            out[k] = (*[n for n in out[k] if n != last], last)
     return out
 
 

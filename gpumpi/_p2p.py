@@ -67,13 +67,6 @@ def _adapter_of(m):
     return _cuda.sim_adapter() if m.kind == _SIM else _cuda.adapter()
 
 
-# adapter -> free (interprocess event, its IPC handle) pairs.  Every IPC send in flight has an
-# event of its own: a peer's cudaStreamWaitEvent waits for the event's latest record, so one
-# shared event, re-recorded on another stream by a later send, would let an earlier send's
-# receiver copy before that send's producer finished.  Back in the pool once the send completes.
-_ipc_events: dict = {}
-
-
 def _producer_stream(ad, m, stream):
     """The stream whose work a device operation on ``m`` must follow: ``stream=`` if given, else
     the array's own (``__cuda_array_interface__`` v3 ``stream``, real devices), else the current one."""
@@ -97,39 +90,13 @@ def _order_event(ad, m, stream):
 
 
 def _device_send(eng, m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stream):
-    """Post a large contiguous device send: by IPC handle when the device transports allow it and
-    the memory can be exported, else through the staging pipeline (``Engine.isend_device``)."""
-    from . import _cuda
-
+    """Post a large contiguous device send: a rendezvous the engine carries out device to device
+    where a transport offers the memory, else through the staging pipeline (``Engine.isend_device``),
+    every copy ordered after the producer's stream (none with ``GPUMPI_STREAM_MODE=none``)."""
     ad = _adapter_of(m)
     ad.check_stream(stream)
-    addr = m.addr + m.lo
-    body = None
-    if "cuda_ipc" in eng.dev_transports:
-        try:
-            handle, offset = ad.ipc_export(addr)
-        except _cuda.IpcUnsupported:  # pool or managed memory, another process's mapping
-            handle = None
-        if handle is not None:
-            evh = bytes(64)
-            ev = pair = None
-            if eng.stream_mode != "none":  # the receiver's copy waits for the producer's work
-                free = _ipc_events.setdefault(ad, [])
-                if free:
-                    pair = free.pop()
-                else:
-                    e = ad.event_create(True)
-                    pair = (e, ad.ipc_event_export(e))
-                ev, evh = pair
-                ad.event_record(ev, _producer_stream(ad, m, stream))
-            body = _P.IPC_BODY.pack(_P.IPC_SIM if m.kind == _SIM else _P.IPC_CUDA, handle, offset, evh)
-    if body is None:
-        pair = None
-        ev = _order_event(ad, m, stream)
-    x = eng.isend_device(ad, body, addr, ev, m.nbytes, wpeer, me, tag, ctx, mode, call, _sig(m.datatype))
-    if pair is not None:
-        after(x, lambda: _ipc_events[ad].append(pair))
-    return x
+    ps = None if eng.stream_mode == "none" else _producer_stream(ad, m, stream)
+    return eng.isend_device(ad, m.addr + m.lo, ps, m.nbytes, wpeer, me, tag, ctx, mode, call, _sig(m.datatype))
 
 
 def _staged_span(m, ev):

@@ -2,13 +2,18 @@
 
 Theory of operation
 ===================
-One ``Engine`` per process owns the transport, the matcher and every operation in
-flight (an ``Xfer``).  API calls post operations; ``progress()`` polls every
-incoming ring, feeds each frame to the matcher and the protocol tables of
-:mod:`gpumpi._protocol`, and carries out what they decide (copy eager data, read
-the sender's memory by cross-memory attach, answer with ACK/CTS, push DATA
-chunks).  Progress runs inside every gpumpi call and in every wait, so a rank
-blocked in a send still serves requests from its peers.
+One ``Engine`` per process owns the matcher and every operation in flight (an
+``Xfer``); it receives its transports from ``_bootstrap`` and names none of them: a
+frame transport (ordered control frames per peer) and, per memory kind, region
+transports in order of preference (:mod:`gpumpi.ipc.base`).  API calls post
+operations; ``progress()`` polls the frames and hands each to the handler of its
+kind (a table: envelope, data, write, ack, ...), which feeds the matcher and the
+decisions of :mod:`gpumpi._protocol` and carries out what they return: copy eager
+data; offer a region to the receiver (the first region transport that reaches the
+peer), take an offered region, split the copy with the sender, or push the data
+(DATA frames, or the staging slabs for device memory).  Progress runs inside every
+gpumpi call and in every wait, so a rank blocked in a send still serves requests
+from its peers.
 
 Waiting spins briefly, then yields the CPU, then sleeps in short growing steps
 (at most 1 ms): eight ranks on two cores finish without livelock.
@@ -24,16 +29,14 @@ peer fail with ``ERR_PROC_FAILED`` (wildcard receives with
 
 from __future__ import annotations
 
-import ctypes
 import os
-import struct
 import threading
 import time
-from collections import OrderedDict
 
 from . import _protocol as P
 from ._matching import Matcher
 from .constants import ANY_SOURCE
+from .datatypes.flatten import sig_name
 from .errors import (
     ERR_OTHER,
     ERR_PROC_FAILED,
@@ -42,30 +45,14 @@ from .errors import (
     ERR_TYPE,
     SUCCESS,
 )
-from ._config import parse_transports
-from .datatypes.flatten import sig_name
-from .ipc import cma
-from .ipc.shm import ShmTransport
-from .ipc.slab import Slab, chunk_for
+from .ipc.base import DEVICE, HOST, WRITE, address_of, pick
 
-_SEG = struct.Struct("<QQ")
-_NSEG = struct.Struct("<I")
 _sched_yield = os.sched_yield
 _sleep = time.sleep
 
 SEND, RECV, GREQ = 0, 1, 2
 
-
-def address_of(buf) -> int:
-    """Address of the first byte of a writable or read-only host buffer."""
-    mv = memoryview(buf)
-    if mv.nbytes == 0:
-        return 0
-    if not mv.readonly:
-        return ctypes.addressof(ctypes.c_char.from_buffer(mv))
-    import numpy as np
-
-    return np.frombuffer(mv, dtype=np.uint8).ctypes.data
+__all__ = ["Engine", "Xfer", "Arrival", "SENT", "address_of", "SEND", "RECV", "GREQ"]
 
 
 class Xfer:
@@ -76,6 +63,7 @@ class Xfer:
         "mem", "addr", "cap", "bufs", "nbytes", "got",
         "st_source", "st_tag", "st_nbytes", "err", "errmsg", "cancelled",
         "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs", "sig", "dev", "ondev",
+        "region",  # rendezvous: the region transport that offered (sender) or takes (receiver) the data
         "cancel_fn",  # joint operations only (left unset elsewhere): what MPI_Cancel does to them
     )
 
@@ -105,7 +93,7 @@ class Xfer:
 
 
 class Arrival:
-    """An incoming message (envelope, and its eager payload or its sender's segments)."""
+    """An incoming message (envelope, and its eager payload or its sender's region offer)."""
 
     __slots__ = ("peer", "src", "ctx", "tag", "kind", "flags", "nbytes", "msgid", "data", "segs", "sig")
 
@@ -117,55 +105,17 @@ class Arrival:
         self.sig = sig
 
 
-def encode_segments(segs) -> bytes:
-    out = [_NSEG.pack(len(segs))]
-    out.extend(_SEG.pack(a, n) for a, n in segs)
-    return b"".join(out)
-
-
-def skip_segments(segs, skip: int) -> list:
-    """The segments ``[(addr, len), ...]`` without their first ``skip`` bytes."""
-    out = []
-    for a, n in segs:
-        if skip >= n:
-            skip -= n
-            continue
-        out.append((a + skip, n - skip))
-        skip = 0
-    return out
-
-
-_IPC_CACHE = 64  # opened IPC handles (and events) kept per process; the oldest is closed beyond
-
-
-def decode_segments(mv) -> list:
-    (k,) = _NSEG.unpack_from(mv, 0)
-    return [_SEG.unpack_from(mv, 4 + 16 * i) for i in range(k)]
-
-
-def _opened(cache: OrderedDict, key, ad, open_: str, handle, close: str):
-    """``(ad, ad.<open_>(handle))`` from the LRU ``cache`` of IPC mappings or events, opened on
-    a miss; past ``_IPC_CACHE`` entries the least recently used one is closed (``<close>``)."""
-    hit = cache.get(key)
-    if hit is not None:
-        cache.move_to_end(key)
-        return hit
-    hit = cache[key] = (ad, getattr(ad, open_)(handle))
-    if len(cache) > _IPC_CACHE:
-        _, (old_ad, old) = cache.popitem(last=False)
-        getattr(old_ad, close)(old)
-    return hit
-
-
 class Engine:
     """Per-process progress engine (see module docstring)."""
 
-    def __init__(self, rank: int, size: int, seg, cfg) -> None:
-        self.rank = rank
-        self.size = size
-        self.seg = seg
+    def __init__(self, world) -> None:
+        cfg = world.cfg
+        self.world = world
+        self.rank = world.rank
+        self.size = world.size
+        self.seg = world.seg  # the failure source: the launcher bumps q[3] when a rank dies
         self.lock = threading.RLock()
-        self.tr = ShmTransport(rank, size, seg, cfg.ring_size)
+        self.tr = world.frames
         self.matcher = Matcher()
         self.sends: dict = {}
         self.pulls: dict = {}
@@ -175,32 +125,30 @@ class Engine:
         ring = self.tr.max_payload * 2
         self.eager_limit = min(cfg.eager_limit or min(65536, ring // 4), self.tr.max_payload - 64)
         self.chunk = min(cfg.chunk, self.tr.max_payload)
-        self.cma = bool(cfg.cma) and cma.available()
-        self.cma_proven = False  # a plain cross-memory read has worked: splitting is safe
         self.split_min = cfg.split_min
         self.typecheck = cfg.typecheck
+        # region transports per memory kind, in order of preference; the last pushes (reaches all)
+        self.host, self.device = world.regions[HOST], world.regions[DEVICE]
+        self.staging = next((t for t in self.device if not t.caps), None)
+        self.offerers = {t.ident: t for lst in world.regions.values() for t in lst}
+        self.transports = world.names
         # a peer may have died before this rank started: take the job's record as it is now
-        self.epoch = seg.epoch if seg is not None else 0
-        self.failed: set = set(seg.failed_ranks()) if seg is not None else set()
-        self.launcher_pid = cfg.launcher_pid
-        self._pids: dict = {}
+        self.epoch = self.seg.epoch if self.seg is not None else 0
+        self.failed: set = world.failed_ranks()
+        self.launcher_pid = world.launcher_pid
         self.closed = False
-        self.ipc_mem: OrderedDict = OrderedDict()  # (peer, handle) -> (adapter, base): opened once
-        self.ipc_ev: OrderedDict = OrderedDict()  # event handle -> (adapter, event)
         self.copy_streams: dict = {}  # adapter name -> gpumpi's copy stream (IPC copies, staging)
-        self.dev_transports = parse_transports(cfg.transports)["device"]
         self.stream_mode = cfg.stream_mode
-        self.slabs: dict = {}  # rank -> its staging Slab (this rank's own, and peers' it reads from)
-        self.stage = (seg.stage_slots, seg.stage_slot) if seg is not None else (cfg.stage_slots, cfg.stage_chunk)
-        self.pinned: dict = {}  # (adapter name, rank) -> (adapter, address): page-locked slabs
+        self._handlers = {
+            P.EAGER: self._on_envelope, P.RTS: self._on_envelope, P.DATA: self._on_data, P.WRT: self._on_wrt,
+            P.WDONE: self._on_wdone, P.ACK: self._on_ack, P.CTS: self._on_cts, P.CANCEL: self._on_cancel,
+            P.CREPLY: self._on_creply,
+        }
 
     # --- helpers --------------------------------------------------------------------------
-    def pid_of(self, peer: int) -> int:
-        pid = self._pids.get(peer)
-        if pid is None:
-            pid = os.getpid() if (peer == self.rank or self.seg is None) else self.seg.pid(peer)
-            self._pids[peer] = pid
-        return pid
+    def region(self, memory: str, name: str):
+        """The region transport ``name`` of ``memory`` this engine routes over (None: not in use)."""
+        return next((t for t in self.world.regions[memory] if t.name == name), None)
 
     def _new_msgid(self) -> int:
         m = self.next_msgid
@@ -224,6 +172,18 @@ class Engine:
         x.state = P.FAILED
         self._finish(x)
 
+    def _rts(self, x: Xfer, region, wpeer: int, src: int, ctx: int, tag: int, wire: int, body) -> None:
+        """Send the request-to-send of ``x``: a region offer of ``region`` or, with ``body`` None,
+        a bare one (the receiver will ask for a push)."""
+        x.msgid = m = self._new_msgid()
+        x.state = P.step(P.SEND, x.state, "rts")
+        self.sends[m] = x
+        if body is None:
+            self.tr.send(wpeer, P.RTS, 0, src, ctx, tag, wire, m)
+        else:
+            x.region = region
+            self.tr.send(wpeer, P.RTS, P.FLAG_OFFER, src, ctx, tag, wire, m, bytes((region.ident,)) + body)
+
     # --- posting --------------------------------------------------------------------------
     def isend(self, bufs, nbytes: int, wpeer: int, src: int, tag: int, ctx: int, mode: int, call: str,
               addrs=None, sig: int = 0) -> Xfer:
@@ -242,32 +202,30 @@ class Engine:
                 self._fail(x, ERR_PROC_FAILED, f"{call}: peer process failed (rank {wpeer})")
                 return x
             tr = self.tr
-            if nbytes <= self.eager_limit:
+            # the hot path: P.send_plan(...) == "eager", decided inline
+            if nbytes <= self.eager_limit and mode != P.SYNCHRONOUS:
                 payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
-                if mode != P.SYNCHRONOUS:
-                    if tr.try_send(wpeer, P.EAGER, 0, src, ctx, tag, wire, 0, payload):
-                        return SENT
-                    # the ring is full: the frame waits in the backlog, pointing at the
-                    # caller's memory; the send completes when the frame is written
-                    x = Xfer(SEND)
-                    if tr.send(wpeer, P.EAGER, 0, src, ctx, tag, wire, 0, payload, x):
-                        return SENT  # the receiver made room in between: written after all
-                else:
-                    x = Xfer(SEND)
-                    x.msgid = m = self._new_msgid()
-                    x.state = P.WAIT_ACK
-                    self.sends[m] = x
-                    tr.send(wpeer, P.EAGER, P.FLAG_SYNC, src, ctx, tag, wire, m, payload, x)
-            else:
+                if tr.try_send(wpeer, P.EAGER, 0, src, ctx, tag, wire, 0, payload):
+                    return SENT
+                # the ring is full: the frame waits in the backlog, pointing at the
+                # caller's memory; the send completes when the frame is written
+                x = Xfer(SEND)
+                if tr.send(wpeer, P.EAGER, 0, src, ctx, tag, wire, 0, payload, x):
+                    return SENT  # the receiver made room in between: written after all
+            elif P.send_plan(nbytes, self.eager_limit, mode) == "eager_sync":
                 x = Xfer(SEND)
                 x.msgid = m = self._new_msgid()
-                x.state = P.WAIT_ACK
+                x.state = P.step(P.SEND, x.state, "eager_sync")
                 self.sends[m] = x
+                payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
+                tr.send(wpeer, P.EAGER, P.FLAG_SYNC, src, ctx, tag, wire, m, payload, x)
+            else:
+                x = Xfer(SEND)
                 if addrs is None:
                     addrs = [address_of(b) for b in bufs]
                 x.segs = segs = [(a, len(b)) for a, b in zip(addrs, bufs)]
-                tr.send(wpeer, P.RTS, P.FLAG_CMA if self.cma else 0, src, ctx, tag, wire, m,
-                        encode_segments(segs))
+                region = pick(self.host, wpeer)
+                self._rts(x, region, wpeer, src, ctx, tag, wire, region.offer(wpeer, segs) if region else None)
             x.peer = wpeer
             x.tag = tag
             x.ctx = ctx
@@ -278,14 +236,15 @@ class Engine:
             self.progress()
         return x
 
-    def isend_device(self, ad, body, src_addr: int, ev, nbytes: int, wpeer: int, src: int, tag: int, ctx: int,
+    def isend_device(self, ad, src_addr: int, stream, nbytes: int, wpeer: int, src: int, tag: int, ctx: int,
                      mode: int, call: str, sig: int = 0) -> Xfer:
-        """Post a rendezvous send of contiguous device memory.
+        """Post a rendezvous send of contiguous device memory at ``src_addr``.
 
-        ``body`` (``P.IPC_BODY``) offers an IPC handle: the receiver copies device to device
-        and ACKs.  With ``body`` None, or when the receiver cannot (or may not) open the
-        handle, it answers CTS and the data is pushed through the staging pipeline
-        (:meth:`_push_device`), whose copies wait for ``ev`` (the producer's work).
+        The first device transport that reaches the peer offers the memory (the receiver then
+        copies device to device); where none offers it, or the receiver cannot take the offer,
+        it answers CTS and the data is pushed through the staging pipeline.  Every copy of
+        the data waits for the work queued on ``stream`` (None: unordered,
+        ``GPUMPI_STREAM_MODE=none``).
         """
         with self.lock:
             x = Xfer(SEND)
@@ -293,17 +252,21 @@ class Engine:
             if wpeer in self.failed:
                 self._fail(x, ERR_PROC_FAILED, f"{call}: peer process failed (rank {wpeer})")
                 return x
-            x.msgid = m = self._new_msgid()
-            x.state = P.WAIT_ACK
-            self.sends[m] = x
             x.tag, x.ctx, x.mode, x.nbytes, x.call = tag, ctx, mode, nbytes, call
             x.bufs = None
-            x.dev = (ad, src_addr, ev)
-            wire = nbytes | (sig << P.SIG_SHIFT) if sig else nbytes
-            if body is None:
-                self.tr.send(wpeer, P.RTS, 0, src, ctx, tag, wire, m, encode_segments(()))
+            region = pick(self.device, wpeer)
+            o = region.offer(wpeer, (ad, src_addr, stream)) if region is not None else None
+            if o is None:
+                body = ev = None
+                if stream is not None:  # the pushed copies wait for the producer's work
+                    ev = ad.event_create(False)
+                    ad.event_record(ev, stream)
             else:
-                self.tr.send(wpeer, P.RTS, P.FLAG_IPC, src, ctx, tag, wire, m, body)
+                body, ev, release = o
+                if release is not None:
+                    x.on_done = lambda _x: release()
+            x.dev = (ad, src_addr, ev)
+            self._rts(x, region, wpeer, src, ctx, tag, nbytes | (sig << P.SIG_SHIFT) if sig else nbytes, body)
             self.progress()
         return x
 
@@ -322,34 +285,6 @@ class Engine:
         if st is None:
             st = self.copy_streams[ad.name] = ad.stream_create()
         return st
-
-    def _ipc_copy(self, x: Xfer, peer: int, body, take: int) -> bool:
-        """Copy a device message straight from the sender's allocation; False if it cannot be opened."""
-        from . import _cuda
-
-        if "cuda_ipc" not in self.dev_transports:
-            return False
-        akind, handle, offset, evh = P.IPC_BODY.unpack(body)
-        ad = _cuda.sim_adapter() if akind == P.IPC_SIM else _cuda.adapter()
-        try:
-            hit = _opened(self.ipc_mem, (peer, handle), ad, "ipc_open", handle, "ipc_close")
-            ev = None
-            if evh.strip(b"\0"):  # the sender's interprocess event
-                ev = _opened(self.ipc_ev, evh, ad, "ipc_event_open", evh, "event_destroy")[1]
-        except (_cuda.StaleHandle, _cuda.IpcUnsupported, _cuda.CudaError, OSError):
-            return False
-        if take:
-            s = self.copy_stream(ad)
-            if x.dev is not None:
-                dst = self._ordered(x, s)
-            else:
-                dst = x.addr if x.addr is not None else address_of(x.mem)
-            if ev is not None:
-                ad.stream_wait_event(s, ev)
-            ad.memcpy(dst, hit[1] + offset, take, s)
-            ad.stream_synchronize(s)
-        x.ondev = x.dev is not None
-        return True
 
     def irecv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None,
               sig: int = 0, post=None, dev=None) -> Xfer:
@@ -389,9 +324,9 @@ class Engine:
             self._match(x, arr.peer, arr.src, arr.ctx, arr.tag, arr.kind, arr.flags, arr.nbytes, arr.msgid,
                         arr.data, arr.segs, arr.sig)
 
-    # --- matching and frames ---------------------------------------------------------------
-    def _match(self, x: Xfer, peer, src, ctx, tag, kind, flags, n, msgid, data, segs, sig=0) -> None:
-        """Receive ``x`` matched a message: copy eager data, or read/pull a rendezvous one."""
+    # --- matching ---------------------------------------------------------------------------
+    def _match(self, x: Xfer, peer, src, ctx, tag, kind, flags, n, msgid, data, offer, sig=0) -> None:
+        """Receive ``x`` matched a message: copy eager data, or carry out the rendezvous plan."""
         if flags & P.FLAG_SYNC or kind == P.RTS:
             self.cancellable.pop((peer, msgid), None)
         if x.dynamic:
@@ -420,152 +355,180 @@ class Engine:
             x.state = P.step(P.RECV, x.state, "eager")
             self._finish(x)
             return
-        # rendezvous
-        if flags & P.FLAG_IPC:
-            if self._ipc_copy(x, peer, segs, take):
+        # rendezvous: read the offered region, split the copy with the sender, or ask for a push
+        region = self.offerers.get(offer[0]) if offer is not None else None
+        if region is not None and not region.reaches(peer):
+            region = None
+        wants_device = x.dev is not None
+        plan = P.rts_plan(offer is not None, region is not None,
+                          region is not None and bool(region.caps & WRITE) and region.proven and peer != self.rank,
+                          take, self.split_min)
+        if plan == P.SPLIT:
+            addr = self._host_addr(x, take)
+            head = P.split_head(take)
+            self.tr.send(peer, P.WRT, 0, 0, ctx, 0, take - head, msgid, P.WRT_BODY.pack(addr + head, head))
+            x.state = P.step(P.RECV, x.state, plan)
+            x.got, x.nbytes, x.segs, x.region = head, take, offer, region
+            self.pulls[(peer, msgid)] = x
+            if not region.take(peer, offer[1:], addr, head):
+                x.err = ERR_OTHER
+                x.errmsg = f"{x.call}: {region.name} read from rank {peer} failed"
+            return
+        if plan == P.READ:
+            if region.memory == DEVICE:
+                ok = region.take(peer, offer[1:], (x.dev[0] if wants_device else None,
+                                                   self._dev_addr(x, take), lambda ad: self._recv_stream(x, ad)), take)
+            else:
+                ok = region.take(peer, offer[1:], self._host_addr(x, take), take)
+            if ok:
+                x.ondev = wants_device and region.memory == DEVICE
                 self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
-                x.state = P.step(P.RECV, x.state, "rts_read")
+                x.state = P.step(P.RECV, x.state, plan)
                 self._finish(x)
                 return
-        elif self.cma and flags & P.FLAG_CMA:
-            addr = x.addr
-            if addr is None and take:
-                addr = x.addr = address_of(x.mem)
-            if self.cma_proven and self.split_min and take >= self.split_min and peer != self.rank:
-                # both sides copy: the sender writes the tail while we read the head
-                head = (take // 2) & ~4095
-                self.tr.send(peer, P.WRT, 0, 0, ctx, 0, take - head, msgid, P.WRT_BODY.pack(addr + head, head))
-                errno = cma.read(self.pid_of(peer), segs, addr, head)
-                x.state = P.step(P.RECV, x.state, "rts_split")
-                x.got = head
-                x.nbytes = take
-                x.segs = segs
-                self.pulls[(peer, msgid)] = x
-                if errno:
-                    x.err = ERR_OTHER
-                    x.errmsg = f"{x.call}: cross-memory read from rank {peer} failed (errno {errno})"
-                return
-            errno = cma.read(self.pid_of(peer), segs, addr, take) if take else 0
-            if errno == 0:
-                self.cma_proven = True
-                self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
-                x.state = P.step(P.RECV, x.state, "rts_read")
-                self._finish(x)
-                return
-            self.cma = False  # the kernel refused: use the staged path from now on
         x.got = 0
         x.nbytes = n
-        x.state = P.step(P.RECV, x.state, "rts_push")
+        x.state = P.step(P.RECV, x.state, P.PUSH)
         self.pulls[(peer, msgid)] = x
         self.tr.send(peer, P.CTS, 0, 0, ctx, 0, 0, msgid)
 
-    def _on_frame(self, peer: int, hdr, payload) -> None:
-        _, kind, flags, src, ctx, tag, nbytes, msgid = hdr
-        if kind == P.EAGER or kind == P.RTS:
-            sig = nbytes >> P.SIG_SHIFT
-            if sig:
-                nbytes &= P.NBYTES_MASK
-            segs = (bytes(payload) if flags & P.FLAG_IPC else decode_segments(payload)) if kind == P.RTS else None
-            x = self.matcher.match_posted(ctx, src, tag)
-            if x is not None:
-                self._match(x, peer, src, ctx, tag, kind, flags, nbytes, msgid, payload, segs, sig)
-                return
-            arr = Arrival(peer, src, ctx, tag, kind, flags, nbytes, msgid, sig)
-            arr.segs = segs
-            if kind == P.EAGER:
-                arr.data = bytes(payload)
-            self.matcher.add_unexpected(ctx, src, tag, arr)
-            if flags & P.FLAG_SYNC or kind == P.RTS:
-                self.cancellable[(peer, msgid)] = arr
-        elif kind == P.DATA:
-            slab = None
-            if flags & P.FLAG_SLAB:  # a staged device chunk: it waits in slot ``tag`` of the sender's slab
-                slab = self._slab(peer)
-                payload = slab.view(tag, nbytes)
-            x = self.pulls.get((peer, msgid))
-            if x is None:  # the receive failed meanwhile
-                if slab is not None:
-                    slab.release(tag)
-                return
-            n = len(payload)
-            got = x.got
-            if got < x.cap:
-                take = min(n, x.cap - got)
-                if x.dev is None:
-                    x.mem[got : got + take] = payload[:take]
-                else:  # staging: host slot -> device, before the slot is given back
-                    self._stage_in(x, peer, got, payload, take)
-            if slab is not None:
-                slab.release(tag)
-            x.got = got + n
-            if flags & P.FLAG_LAST:
-                del self.pulls[(peer, msgid)]
-                x.state = P.step(P.RECV, x.state, "data_last")
-                self._finish(x)
-        elif kind == P.WRT:
-            x = self.sends[msgid]
-            addr, head = P.WRT_BODY.unpack(payload)
-            errno = cma.write(self.pid_of(peer), x.segs, head, addr, nbytes)
-            x.state = P.step(P.SEND, x.state, "write")
-            self.tr.send(peer, P.WDONE, P.FLAG_FAILED if errno else 0, 0, ctx, 0, 0, msgid)
-        elif kind == P.WDONE:
-            x = self.pulls.pop((peer, msgid))
-            if flags & P.FLAG_FAILED and not x.err:  # read the tail ourselves
-                errno = cma.read(self.pid_of(peer), skip_segments(x.segs, x.got), x.addr + x.got, x.nbytes - x.got)
-                if errno:
-                    x.err = ERR_OTHER
-                    x.errmsg = f"{x.call}: cross-memory read from rank {peer} failed (errno {errno})"
-            self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
-            x.state = P.step(P.RECV, x.state, "wdone")
-            self._finish(x)
-        elif kind == P.ACK:
-            x = self.sends.get(msgid)
-            if x is None:
-                return
-            x.state = P.step(P.SEND, x.state, "ack")
-            if x.state == P.DONE:
-                del self.sends[msgid]
-                self._finish(x)
-        elif kind == P.CTS:
-            x = self.sends[msgid]
-            x.state = P.step(P.SEND, x.state, "cts")
-            if x.state == P.PUSHING:
-                del self.sends[msgid]
-                self._start_push(x)
-        elif kind == P.CANCEL:
-            arr = self.cancellable.pop((peer, msgid), None)
-            ok = arr is not None and self.matcher.withdraw(arr.ctx, arr)
-            self.tr.send(peer, P.CREPLY, P.FLAG_CANCELLED if ok else 0, 0, ctx, 0, 0, msgid)
-        elif kind == P.CREPLY:
-            x = self.sends[msgid]
-            if flags & P.FLAG_CANCELLED:
-                x.state = P.step(P.SEND, x.state, "cancelled")
-                del self.sends[msgid]
-                x.cancelled = True
-                self._finish(x)
-            else:
-                x.state = P.step(P.SEND, x.state, "not_cancelled")
-                if x.state == P.DONE:
-                    del self.sends[msgid]
-                    self._finish(x)
-                elif x.state == P.PUSHING:
-                    del self.sends[msgid]
-                    self._start_push(x)
+    @staticmethod
+    def _host_addr(x: Xfer, take: int) -> int:
+        addr = x.addr
+        if addr is None and take:
+            addr = x.addr = address_of(x.mem)
+        return addr or 0
 
+    def _dev_addr(self, x: Xfer, take: int) -> int:
+        return x.dev[1] if x.dev is not None else self._host_addr(x, take)
+
+    def _recv_stream(self, x: Xfer, ad):
+        """gpumpi's copy stream of ``ad``, ordered after the consumer's work on ``x``'s destination."""
+        s = self.copy_stream(ad)
+        if x.dev is not None:
+            self._ordered(x, s)
+        return s
+
+    # --- frames: one handler per kind -------------------------------------------------------
+    def _on_frame(self, peer: int, hdr, payload) -> None:
+        self._handlers[hdr[1]](peer, hdr, payload)
+
+    def _on_envelope(self, peer: int, hdr, payload) -> None:
+        """EAGER or RTS: match it against the posted receives, or queue it as unexpected."""
+        _, kind, flags, src, ctx, tag, nbytes, msgid = hdr
+        sig = nbytes >> P.SIG_SHIFT
+        if sig:
+            nbytes &= P.NBYTES_MASK
+        offer = bytes(payload) if kind == P.RTS and flags & P.FLAG_OFFER else None
+        x = self.matcher.match_posted(ctx, src, tag)
+        if x is not None:
+            self._match(x, peer, src, ctx, tag, kind, flags, nbytes, msgid, payload, offer, sig)
+            return
+        arr = Arrival(peer, src, ctx, tag, kind, flags, nbytes, msgid, sig)
+        arr.segs = offer
+        if kind == P.EAGER:
+            arr.data = bytes(payload)
+        self.matcher.add_unexpected(ctx, src, tag, arr)
+        if flags & P.FLAG_SYNC or kind == P.RTS:
+            self.cancellable[(peer, msgid)] = arr
+
+    def _on_data(self, peer: int, hdr, payload) -> None:
+        """DATA: the next pushed chunk (in the frame, or in a slot of the sender's staging slab)."""
+        _, kind, flags, src, ctx, tag, nbytes, msgid = hdr
+        st = self.staging if flags & P.FLAG_SLAB else None
+        if st is not None:  # a staged device chunk: it waits in slot ``tag`` of the sender's slab
+            payload = st.view(peer, tag, nbytes)
+        x = self.pulls.get((peer, msgid))
+        if x is None:  # the receive failed meanwhile
+            if st is not None:
+                st.release(peer, tag)
+            return
+        n = len(payload)
+        got = x.got
+        if got < x.cap:
+            take = min(n, x.cap - got)
+            if x.dev is None:
+                x.mem[got : got + take] = payload[:take]
+            else:  # staging: host slot -> device, before the slot is given back
+                ad = x.dev[0]
+                s = self.copy_stream(ad)
+                self.staging.land(ad, self._ordered(x, s) + got, peer, payload, take, s)
+                x.ondev = True
+        if st is not None:
+            st.release(peer, tag)
+        x.got = got + n
+        if flags & P.FLAG_LAST:
+            del self.pulls[(peer, msgid)]
+            x.state = P.step(P.RECV, x.state, "data_last")
+            self._finish(x)
+
+    def _on_wrt(self, peer: int, hdr, payload) -> None:
+        """WRT: the receiver reads the head of our message; write the tail into its memory."""
+        x = self.sends[hdr[7]]
+        addr, head = P.WRT_BODY.unpack(payload)
+        errno = x.region.write(peer, x.segs, head, addr, hdr[6])
+        x.state = P.step(P.SEND, x.state, "write")
+        self.tr.send(peer, P.WDONE, P.FLAG_FAILED if errno else 0, 0, hdr[4], 0, 0, hdr[7])
+
+    def _on_wdone(self, peer: int, hdr, payload) -> None:
+        """WDONE: the sender wrote the tail (or could not: read it ourselves); the receive is done."""
+        flags, ctx, msgid = hdr[2], hdr[4], hdr[7]
+        x = self.pulls.pop((peer, msgid))
+        if flags & P.FLAG_FAILED and not x.err:  # read the tail ourselves
+            if not x.region.take(peer, x.segs[1:], x.addr + x.got, x.nbytes - x.got, x.got):
+                x.err = ERR_OTHER
+                x.errmsg = f"{x.call}: {x.region.name} read from rank {peer} failed"
+        self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
+        x.state = P.step(P.RECV, x.state, "wdone")
+        self._finish(x)
+
+    def _on_ack(self, peer: int, hdr, payload) -> None:
+        x = self.sends.get(hdr[7])
+        if x is None:
+            return
+        x.state = P.step(P.SEND, x.state, "ack")
+        if x.state == P.DONE:
+            del self.sends[hdr[7]]
+            self._finish(x)
+
+    def _on_cts(self, peer: int, hdr, payload) -> None:
+        x = self.sends[hdr[7]]
+        x.state = P.step(P.SEND, x.state, "cts")
+        if x.state == P.PUSHING:
+            del self.sends[hdr[7]]
+            self._start_push(x)
+
+    def _on_cancel(self, peer: int, hdr, payload) -> None:
+        arr = self.cancellable.pop((peer, hdr[7]), None)
+        ok = arr is not None and self.matcher.withdraw(arr.ctx, arr)
+        self.tr.send(peer, P.CREPLY, P.FLAG_CANCELLED if ok else 0, 0, hdr[4], 0, 0, hdr[7])
+
+    def _on_creply(self, peer: int, hdr, payload) -> None:
+        msgid = hdr[7]
+        x = self.sends[msgid]
+        if hdr[2] & P.FLAG_CANCELLED:
+            x.state = P.step(P.SEND, x.state, "cancelled")
+            del self.sends[msgid]
+            x.cancelled = True
+            self._finish(x)
+            return
+        x.state = P.step(P.SEND, x.state, "not_cancelled")
+        if x.state == P.DONE:
+            del self.sends[msgid]
+            self._finish(x)
+        elif x.state == P.PUSHING:
+            del self.sends[msgid]
+            self._start_push(x)
+
+    # --- pushing ----------------------------------------------------------------------------
     def _start_push(self, x: Xfer) -> None:
         if x.bufs is None:  # device memory: the staging pipeline
             x.got = 0
             self.pushing.append(x)
             return
-        chunk = self.chunk
-
-        def pieces():
-            for b in x.bufs:
-                for off in range(0, len(b), chunk):
-                    yield b[off : off + chunk]
-
-        x.push_iter = pieces()
-        x.push_next = next(x.push_iter)
+        bufs = x.bufs
+        x.push_iter = (bufs[i][off : off + n] for i, off, n in P.pieces([len(b) for b in bufs], self.chunk))
+        x.push_next = next(x.push_iter, b"")
         x.arrival = _UNSET  # look-ahead slot: the chunk after push_next
         self.pushing.append(x)
 
@@ -590,86 +553,39 @@ class Engine:
                 x.push_next = x.arrival
                 x.arrival = _UNSET
 
-    # --- device staging ---------------------------------------------------------------------
-    # Chunks go device -> a slot of this rank's page-locked slab -> the peer's device; a header-
-    # only DATA frame names the slot (gpumpi.ipc.slab).  The sender fills chunk i+1 while the
-    # receiver copies chunk i out, so the two halves of the pipeline overlap; no other host copy.
-    def _slab(self, rank: int):
-        sl = self.slabs.get(rank)
-        if sl is None:
-            slots, size = self.stage
-            if self.seg is None:
-                sl = Slab.private(slots, size)
-            else:
-                sl = Slab(self.seg.slab_view(rank), slots, size)
-            self.slabs[rank] = sl
-        return sl
-
-    def _pin(self, ad, rank: int):
-        """``rank``'s slab, page-locked in this process for ``ad`` (once)."""
-        sl = self._slab(rank)
-        key = (ad.name, rank)
-        if key not in self.pinned:
-            from . import _cuda
-
-            addr = address_of(sl.data)
-            try:
-                ad.host_register(addr, len(sl.data))
-            except _cuda.CudaError:  # refused: pageable staging still works, only slower
-                addr = None
-            self.pinned[key] = (ad, addr)
-        return sl
-
     def _push_device(self, x: Xfer) -> None:
+        """Push the next chunks of device send ``x`` through the staging slabs (header-only
+        DATA frames name the slots; the ring keeps them in order)."""
         ad = x.dev[0]
         s = self.copy_stream(ad)
         addr = self._ordered(x, s)
-        slab = self._pin(ad, self.rank)
         total = x.nbytes
-        chunk = chunk_for(total, slab.slot_size)
         while True:
-            k = slab.acquire(x.peer)
-            if k < 0:
+            got = self.staging.fill(ad, addr, x.got, total, x.peer, s)
+            if got is None:
                 return
-            off = x.got
-            n = min(chunk, total - off)
-            last = off + n >= total
-            try:
-                ad.memcpy(address_of(slab.view(k, n)), addr + off, n, s)
-                ad.stream_synchronize(s)
-            except BaseException:
-                slab.unacquire(k)
-                raise
-            # header only (the ring keeps its order): tag = the slot, nbytes = the chunk's length
+            k, n = got
+            last = x.got + n >= total
             self.tr.send(x.peer, P.DATA, P.FLAG_SLAB | (P.FLAG_LAST if last else 0), 0, x.ctx, k, n, x.msgid)
-            x.got = off + n
+            x.got += n
             if last:
                 self.pushing.remove(x)
                 x.state = P.step(P.SEND, x.state, "pushed")
                 self._finish(x)
                 return
 
-    def _stage_in(self, x: Xfer, peer: int, got: int, payload, take: int) -> None:
-        ad = x.dev[0]
-        s = self.copy_stream(ad)
-        dst = self._ordered(x, s)
-        self._pin(ad, peer)
-        ad.memcpy(dst + got, address_of(payload), take, s)
-        ad.stream_synchronize(s)
-        x.ondev = True
-
     # --- cancel ---------------------------------------------------------------------------
     def cancel(self, x: Xfer) -> None:
         """Request cancellation (MPI_Cancel): immediate for posted receives, a round trip for sends."""
         with self.lock:
-            if x.done:
+            if x.done or x.kind == GREQ:
                 return
-            if x.kind == RECV:
-                if x.state == P.POSTED and self.matcher.cancel_recv(x.ctx, x):
-                    x.state = P.step(P.RECV, x.state, "cancel")
-                    x.cancelled = True
-                    self._finish(x)
-            elif x.kind == SEND and x.state == P.WAIT_ACK:
+            plan = P.cancel_plan(x.kind == SEND, x.state)
+            if plan == "withdraw" and self.matcher.cancel_recv(x.ctx, x):
+                x.state = P.step(P.RECV, x.state, "cancel")
+                x.cancelled = True
+                self._finish(x)
+            elif plan == "ask":
                 x.state = P.step(P.SEND, x.state, "cancel")
                 self.tr.send(x.peer, P.CANCEL, 0, 0, x.ctx, 0, 0, x.msgid)
 
@@ -756,18 +672,11 @@ class Engine:
             if x.peer in new:
                 self.pushing.remove(x)
                 self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.peer})")
-        tr = self.tr
-        own = self.slabs.get(self.rank)
-        if own is not None:  # slots handed to the dead stay theirs forever otherwise
-            own.reclaim(new)
+        if self.staging is not None:  # slots handed to the dead stay theirs forever otherwise
+            self.staging.reclaim(new)
         for p in new:
-            bl = tr.backlog[p]
-            if bl is not None:
-                tr.backlog[p] = None
-                tr.nbacklog -= 1
-                for f in bl:
-                    if f[9] is not None:
-                        self._fail(f[9], ERR_PROC_FAILED, f"{f[9].call}: peer process failed (rank {p})")
+            for x in self.tr.drop(p):
+                self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {p})")
         for key, x in list(self.pulls.items()):
             if key[0] in new:
                 del self.pulls[key]
@@ -786,24 +695,7 @@ class Engine:
 
     def close(self) -> None:
         self.closed = True
-        for ad, base in self.ipc_mem.values():
-            try:
-                ad.ipc_close(base)
-            except Exception:  # the adapter may be gone at exit  # noqa: BLE001
-                pass
-        self.ipc_mem.clear()
-        self.ipc_ev.clear()
-        for ad, addr in self.pinned.values():
-            if addr is not None:
-                try:
-                    ad.host_unregister(addr)
-                except Exception:  # the adapter may be gone at exit  # noqa: BLE001
-                    pass
-        self.pinned.clear()
-        for sl in self.slabs.values():
-            sl.close()
-        self.slabs.clear()
-        self.tr.close()
+        self.world.close()
 
 
 _UNSET = object()

@@ -3,8 +3,20 @@
 Theory of operation
 ===================
 Rule 1: every decision about when bytes may move lives here (and in
-``_matching``); the progress engine only carries out the transitions returned.
-Rule 2: this module knows nothing about memory kinds, transports or clocks.
+``_matching``); the progress engine only carries out the transitions and plans
+returned.  Rule 2: this module knows nothing about memory kinds, transports or clocks:
+a transport is an opaque byte in an offer, and what it can do arrives as booleans.
+
+Decisions (pure functions the engine calls):
+
+* :func:`send_plan` -- a send's protocol: eager (the payload in the frame) or a
+  request-to-send, synchronous or not;
+* :func:`rts_plan` -- a matched request-to-send: the receiver *reads* the offered
+  region, *splits* the copy with the sender (each copies half, ``split_head`` bytes
+  first), or asks the sender to *push* the data (CTS), when nothing was offered or the
+  offer cannot be taken here;
+* :func:`pieces` -- how pushed data is cut into DATA frames;
+* :func:`cancel_plan` -- what ``MPI_Cancel`` does to an operation in a given state.
 
 A message travels in *frames* on the per-pair control ring.  Kinds:
 
@@ -63,11 +75,10 @@ import struct
 # --- frame kinds and flags -------------------------------------------------------------
 EAGER, RTS, ACK, CTS, DATA, CANCEL, CREPLY, WRT, WDONE = 1, 2, 3, 4, 5, 6, 7, 8, 9
 FLAG_SYNC = 1  # EAGER: receiver must ACK on match
-FLAG_CMA = 2  # RTS: receiver may read the sender's memory directly
+FLAG_OFFER = 2  # RTS: the payload is a region offer: the offering transport's byte, then its body
 FLAG_CANCELLED = 4  # CREPLY: the message was withdrawn
 FLAG_LAST = 8  # DATA: final chunk
 FLAG_FAILED = 16  # WDONE: the sender could not write the tail
-FLAG_IPC = 32  # RTS: the payload is a device IPC handle (IPC_BODY), not host segments
 FLAG_SLAB = 64  # DATA: no payload; the chunk is in slot ``tag`` of the sender's staging slab, ``nbytes`` long
 #: WRT payload: receiver address for the tail, the tail's byte offset in the message.
 WRT_BODY = struct.Struct("<QQ")
@@ -79,20 +90,9 @@ HLEN = HEADER.size  # 32
 #: in the top 16 bits of ``nbytes``; messages stay below 2**48 bytes.
 SIG_SHIFT = 48
 NBYTES_MASK = (1 << SIG_SHIFT) - 1
-#: RTS payload of a device message (FLAG_IPC): adapter (1 sim, 2 cuda), the allocation's IPC
-#: handle, the message's offset in it, the interprocess event recorded after its producer.
-IPC_BODY = struct.Struct("<B64sQ64s")
-IPC_SIM, IPC_CUDA = 1, 2
-#: RTS payload: the sender's buffer address.
-RTS_BODY = struct.Struct("<Q")
 
 # --- send modes ------------------------------------------------------------------------
 STANDARD, SYNCHRONOUS, READY, BUFFERED = 0, 1, 2, 3
-
-
-def use_eager(nbytes: int, eager_limit: int) -> bool:
-    """Eager when the payload fits the eager limit (the ring bounds ``eager_limit``)."""
-    return nbytes <= eager_limit
 
 
 class LocalProtocolError(RuntimeError):
@@ -144,20 +144,49 @@ def step(table: dict, state: int, event: str) -> int:
     raise LocalProtocolError(f"protocol: event {event!r} illegal in state {state}")
 
 
-def send_start_event(mode: int, eager: bool) -> str:
-    """The first event of a send: which protocol it takes."""
-    if not eager:
+# --- decisions --------------------------------------------------------------------------
+def send_plan(nbytes: int, eager_limit: int, mode: int) -> str:
+    """The first event of a send, naming its protocol: ``eager`` when the payload fits the
+    eager limit (``eager_sync`` for synchronous sends, which wait for the match), else ``rts``."""
+    if nbytes > eager_limit:
         return "rts"
     return "eager_sync" if mode == SYNCHRONOUS else "eager"
 
 
-def chunks(nbytes: int, chunk: int):
-    """(offset, length, last) of each DATA frame pushing ``nbytes`` in ``chunk``-byte pieces."""
-    if nbytes == 0:
-        yield 0, 0, True
-        return
-    off = 0
-    while off < nbytes:
-        n = min(chunk, nbytes - off)
-        yield off, n, off + n >= nbytes
-        off += n
+READ, SPLIT, PUSH = "rts_read", "rts_split", "rts_push"
+
+
+def rts_plan(offered: bool, takeable: bool, writable: bool, nbytes: int, split_min: int) -> str:
+    """How a matched request-to-send of ``nbytes`` (to be received) moves.
+
+    ``offered``: the sender offered a region; ``takeable``: a transport here reaches the
+    sender and knows the offer; ``writable``: that transport can also write into our
+    memory and has proven it works (and the sender is another process);
+    ``split_min``: the smallest message worth two copying cores (0: never).
+    """
+    if not (offered and takeable):
+        return PUSH
+    if writable and split_min and nbytes >= split_min:
+        return SPLIT
+    return READ
+
+
+def split_head(nbytes: int) -> int:
+    """Bytes the receiver reads itself in a split copy (page aligned); the sender writes the rest."""
+    return (nbytes // 2) & ~4095
+
+
+def pieces(lengths, chunk: int):
+    """``(buffer index, offset, length)`` of each DATA frame pushing buffers of ``lengths``
+    bytes in pieces of at most ``chunk`` bytes (empty buffers give none)."""
+    for i, n in enumerate(lengths):
+        for off in range(0, n, chunk):
+            yield i, off, min(chunk, n - off)
+
+
+def cancel_plan(is_send: bool, state: int) -> str:
+    """What MPI_Cancel does: ``withdraw`` a posted receive here, ``ask`` the receiver to
+    withdraw an unmatched send (a round trip), or ``none`` (too late: it completes normally)."""
+    if is_send:
+        return "ask" if state == WAIT_ACK else "none"
+    return "withdraw" if state == POSTED else "none"

@@ -53,30 +53,18 @@ def init(required: int = THREAD_MULTIPLE) -> None:
     with _lock:
         if _state["initialized"]:
             return
+        from ._bootstrap import attach
         from ._progress import Engine
-        from .ipc import cma
 
         cfg = _config.get()
-        seg = None
+        world = attach(cfg)
         if cfg.launched:
-            from .ipc.jobseg import JobSegment
-
-            seg = JobSegment(cfg.job_fd)
-            if seg.nranks != cfg.size or not 0 <= cfg.rank < cfg.size:
-                raise RuntimeError(
-                    f"gpumpi: job segment does not match the environment (ranks {seg.nranks}, "
-                    f"GPUMPI_SIZE {cfg.size}, GPUMPI_RANK {cfg.rank})")
-            cma.allow_peers()
-            seg.set_attached(cfg.rank, os.getpid())
             _install_rank_hooks(cfg.rank, cfg.faulthandler)
-            rank, size = cfg.rank, cfg.size
-        else:
-            rank, size = 0, 1
         from ._arrays import set_device_mode
 
         set_device_mode(cfg.device)
-        SEG = seg
-        ENGINE = Engine(rank, size, seg, cfg)
+        SEG = world.seg
+        ENGINE = Engine(world)
         _state["initialized"] = True
         _state["finalized"] = False
         _state["thread_level"] = int(required) if int(required) <= THREAD_MULTIPLE else THREAD_MULTIPLE
@@ -121,7 +109,9 @@ def finalize(timeout: float = 30.0) -> None:
         while True:
             with eng.lock:
                 eng.progress()
-                done = not eng.pushing and all(b is None or p in eng.failed for p, b in enumerate(eng.tr.backlog))
+                for p in eng.failed:  # frames for the dead are never written
+                    eng.tr.drop(p)
+                done = not eng.pushing and eng.tr.idle()
             if done or time.monotonic() > deadline:
                 break
             spins += 1
@@ -215,7 +205,7 @@ def query_gpu_support() -> dict:
     real = driver and has_cupy and gpus > 0
     cfg = _config.get()
     chosen = _config.parse_transports(cfg.transports)  # GPUMPI_TRANSPORTS
-    slots, slot = ENGINE.stage if ENGINE is not None else (cfg.stage_slots, cfg.stage_chunk)  # the job's, once running
+    slots, slot = ENGINE.world.stage if ENGINE is not None else (cfg.stage_slots, cfg.stage_chunk)  # the job's, once running
     return {
         "cuda": real,
         "gpus": gpus,
@@ -224,6 +214,6 @@ def query_gpu_support() -> dict:
         "device_kinds": ["device", "sim"] if real else ["sim"],
         "ipc": True,
         "cma": cma.available(),
-        "transports": {"host": ["self", *chosen["host"]], "device": list(chosen["device"])},
+        "transports": {"host": list(chosen["host"]), "device": list(chosen["device"])},
         "staging": {"slots": slots, "slot_bytes": slot},
     }

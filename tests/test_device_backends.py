@@ -482,7 +482,7 @@ def _other_device():
     if c.size > 1:  # the large device-1 sends went device to device through its IPC handle
         from gpumpi import _runtime as rt
 
-        assert len(rt.ENGINE.ipc_mem) == 1  # the one allocation sent large: src1, on device 1
+        assert len(rt.ENGINE.region("device", "cuda_ipc").mem) == 1  # the one allocation sent large: src1, on device 1
     return c.rank
 
 

@@ -20,7 +20,7 @@ LAYERS = {
         "datatypes.predefined", "collectives", "ga._layout"],
     2: ["_arrays", "_buffers", "_pickle", "_pool", "_cuda", "datatypes.plan", "datatypes.numpy_dtype"],
     3: ["kernels"],
-    4: ["ipc"],
+    4: ["ipc", "_bootstrap"],
     5: ["_progress", "_runtime", "request", "_p2p", "_objects", "message", "_partitioned", "comm", "MPI", "op",
         "win", "collectives._execute"],
     6: ["launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util"],

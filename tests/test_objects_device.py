@@ -244,13 +244,14 @@ def _out_of_band():
     eng = rt.ENGINE
     # the part arrived before the object message, on the parts context, from its device memory
     part = eng.matcher.probe(c._ctx + 3, 0, MPI.ANY_TAG)
-    assert part is not None and part.nbytes == BIG * 8 and part.flags & P.FLAG_IPC
+    assert part is not None and part.nbytes == BIG * 8 and part.flags & P.FLAG_OFFER
+    assert part.segs[0] == eng.region("device", "cuda_ipc").ident  # offered through an IPC handle
     assert eng.matcher.probe(c._ctx, 0, MPI.ANY_TAG).nbytes < 2048
     c.Barrier()
     c.Barrier()
-    opened = len(eng.ipc_mem)
+    opened = len(eng.region("device", "cuda_ipc").mem)
     o = c.recv(None, 0, 3)
-    assert len(eng.ipc_mem) == opened + 1  # copied device to device from the sender's allocation
+    assert len(eng.region("device", "cuda_ipc").mem) == opened + 1  # copied device to device from the sender's allocation
     assert np.array_equal(o["big"].get(), big_values(0)) and o["k"] == 1
     assert eng.matcher.probe(c._ctx + 3, MPI.ANY_SOURCE, MPI.ANY_TAG) is None
 

@@ -699,7 +699,7 @@ def _split_copy():
                 assert ei.value.Get_error_class() == MPI.ERR_TRUNCATE
                 assert np.array_equal(b, pattern(size, i)[: size - 12345])
     if r == 1:
-        assert eng.cma_proven  # the later messages took the two-sided copy
+        assert eng.region("host", "cma").proven  # the later messages took the two-sided copy
     # an object message with several out-of-band arrays takes it too
     obj = [np.arange(300_000) * (r + 1), np.ones(200_000, np.float32)]
     got = c.sendrecv(obj, 1 - r, 50, None, 1 - r, 50)

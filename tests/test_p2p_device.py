@@ -150,7 +150,7 @@ def _ipc_cache():
     n = 200_000
     src = SimDeviceArray.from_numpy(values(n, c.rank))
     dst = SimDeviceArray.zeros(n)
-    opened = len(rt.ENGINE.ipc_mem)
+    opened = len(rt.ENGINE.region("device", "cuda_ipc").mem)
     for it in range(3):  # one open per allocation, however many messages
         src.set(values(n, c.rank + it))
         req = c.Isend(src, nxt, 2)
@@ -158,7 +158,7 @@ def _ipc_cache():
         req.Wait()
         assert np.array_equal(dst.get(), values(n, prv + it))
     if c.size > 1:
-        assert len(rt.ENGINE.ipc_mem) == opened + 1
+        assert len(rt.ENGINE.region("device", "cuda_ipc").mem) == opened + 1
     # free and reallocate (often at the same address): the new allocation has a new handle,
     # and the receiver reads the new data, never a stale mapping
     del src
@@ -168,7 +168,7 @@ def _ipc_cache():
     req.Wait()
     assert np.array_equal(dst.get(), values(n, prv + 7))
     if c.size > 1:
-        assert len(rt.ENGINE.ipc_mem) == opened + 2
+        assert len(rt.ENGINE.region("device", "cuda_ipc").mem) == opened + 2
 
 
 @pytest.mark.parametrize("n", WORLD_SIZES)
@@ -364,7 +364,7 @@ def test_non_contiguous_device_data_packs_with_device_kernels(transport, n):
 
 def _ipc_event_per_send():
     from gpumpi import MPI
-    from gpumpi import _p2p as C
+    from gpumpi import _runtime as rt
     from gpumpi._cuda import sim_adapter
     from gpumpi.testing import SimDeviceArray
 
@@ -374,7 +374,7 @@ def _ipc_event_per_send():
     if c.rank == 0:
         s1, s2 = ad.stream_create(), ad.stream_create()
         a, b = SimDeviceArray.from_numpy(values(n, 1)), SimDeviceArray.from_numpy(values(n, 2))
-        pool = C._ipc_events.setdefault(ad, [])
+        pool = rt.ENGINE.region("device", "cuda_ipc").events.setdefault(ad, [])
         before = list(pool)
         r1 = c.Isend(a, 1, 1, stream=s1)
         r2 = c.Isend(b, 1, 2, stream=s2)

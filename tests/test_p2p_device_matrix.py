@@ -49,7 +49,7 @@ def _matrix(transport, backend="sim"):
     r, size = c.rank, c.size
     nxt, prv = (r + 1) % size, (r - 1) % size
     eng = rt.ENGINE
-    assert eng.dev_transports == (("staging",) if transport == "staging" else ("cuda_ipc", "staging"))
+    assert eng.transports["device"] == (("staging",) if transport == "staging" else ("self", "cuda_ipc", "staging"))
 
     def make(kind, data):
         return to_device(data) if kind == "device" else np.array(data)
@@ -181,7 +181,7 @@ def _matrix(transport, backend="sim"):
 
         c.Barrier()
         for owner in {c.rank, prv}:
-            slab = eng.slabs[owner]
+            slab = eng.staging.slabs[owner]
             assert sim_adapter().host_registered(address_of(slab.data)), owner
             assert slab.in_use() == 0, (owner, slab.in_use())
     return r

@@ -31,7 +31,7 @@ from gpumpi._protocol import (
     EAGER,
     FAILED,
     FLAG_CANCELLED,
-    FLAG_CMA,
+    FLAG_OFFER,
     FLAG_LAST,
     FLAG_SYNC,
     HEADER,
@@ -42,17 +42,21 @@ from gpumpi._protocol import (
     READY,
     RECV,
     RTS,
-    RTS_BODY,
     SEND,
     STANDARD,
     START,
     SYNCHRONOUS,
     WAIT_ACK,
+    PUSH,
+    READ,
+    SPLIT,
     LocalProtocolError,
-    chunks,
-    send_start_event,
+    cancel_plan,
+    pieces,
+    rts_plan,
+    send_plan,
+    split_head,
     step,
-    use_eager,
 )
 
 # --- the documented protocol, transcribed from the docstring ---------------------------
@@ -89,14 +93,14 @@ EVENTS = sorted(
 # Every documented path, start state, events, final state.
 SEND_PATHS = [
     # eager standard/ready/buffered
-    ([send_start_event(STANDARD, True)], DONE),
-    ([send_start_event(READY, True)], DONE),
-    ([send_start_event(BUFFERED, True)], DONE),
+    ([send_plan(8, 100, STANDARD)], DONE),
+    ([send_plan(8, 100, READY)], DONE),
+    ([send_plan(8, 100, BUFFERED)], DONE),
     # eager synchronous
-    ([send_start_event(SYNCHRONOUS, True), "ack"], DONE),
+    ([send_plan(8, 100, SYNCHRONOUS), "ack"], DONE),
     # rendezvous, any mode
-    *[([send_start_event(m, False), "ack"], DONE) for m in (STANDARD, SYNCHRONOUS, READY, BUFFERED)],
-    *[([send_start_event(m, False), "cts", "pushed"], DONE) for m in (STANDARD, SYNCHRONOUS, READY, BUFFERED)],
+    *[([send_plan(101, 100, m), "ack"], DONE) for m in (STANDARD, SYNCHRONOUS, READY, BUFFERED)],
+    *[([send_plan(101, 100, m), "cts", "pushed"], DONE) for m in (STANDARD, SYNCHRONOUS, READY, BUFFERED)],
     # cancel
     (["rts", "cancel", "cancelled"], CANCELLED),
     (["rts", "cancel", "not_cancelled"], WAIT_ACK),
@@ -143,12 +147,12 @@ def test_recv_paths(events, final):
     assert run(RECV, POSTED, events) == final
 
 
-def test_send_start_event():
+def test_send_plan():
     for mode in (STANDARD, READY, BUFFERED):
-        assert send_start_event(mode, True) == "eager"
-    assert send_start_event(SYNCHRONOUS, True) == "eager_sync"
+        assert send_plan(100, 100, mode) == "eager"
+    assert send_plan(100, 100, SYNCHRONOUS) == "eager_sync"
     for mode in (STANDARD, SYNCHRONOUS, READY, BUFFERED):
-        assert send_start_event(mode, False) == "rts"
+        assert send_plan(101, 100, mode) == "rts"
 
 
 @pytest.mark.parametrize(
@@ -204,53 +208,88 @@ def test_frame_kinds_and_flags():
     kinds = [EAGER, RTS, ACK, CTS, DATA, CANCEL, CREPLY]
     assert len(set(kinds)) == 7
     assert all(0 < k < 256 for k in kinds)  # fits the u8 kind field
-    flags = [FLAG_SYNC, FLAG_CMA, FLAG_CANCELLED, FLAG_LAST]
+    flags = [FLAG_SYNC, FLAG_OFFER, FLAG_CANCELLED, FLAG_LAST]
     for f in flags:
         assert f > 0 and f & (f - 1) == 0  # single bit
-    assert FLAG_SYNC | FLAG_CMA | FLAG_CANCELLED | FLAG_LAST == sum(flags)  # disjoint
-    assert FLAG_SYNC | FLAG_CMA | FLAG_CANCELLED | FLAG_LAST < 256
+    assert FLAG_SYNC | FLAG_OFFER | FLAG_CANCELLED | FLAG_LAST == sum(flags)  # disjoint
+    assert FLAG_SYNC | FLAG_OFFER | FLAG_CANCELLED | FLAG_LAST < 256
 
 
-def test_use_eager_boundary():
-    assert use_eager(0, 0)
-    assert use_eager(100, 100)
-    assert not use_eager(101, 100)
-    assert use_eager(99, 100)
-    assert not use_eager(1, 0)
+def test_send_plan_boundary():
+    assert send_plan(0, 0, STANDARD) == "eager"
+    assert send_plan(100, 100, STANDARD) == "eager"
+    assert send_plan(101, 100, STANDARD) == "rts"
+    assert send_plan(99, 100, STANDARD) == "eager"
+    assert send_plan(1, 0, STANDARD) == "rts"
 
 
-# --- chunks -----------------------------------------------------------------------------
+# --- rendezvous and cancel decisions ------------------------------------------------------
 
 
-def test_chunks_zero_bytes():
-    # an empty pushed message still needs exactly one (empty, last) DATA frame
-    assert list(chunks(0, 1024)) == [(0, 0, True)]
+@pytest.mark.parametrize("offered", [False, True])
+@pytest.mark.parametrize("takeable", [False, True])
+@pytest.mark.parametrize("writable", [False, True])
+@pytest.mark.parametrize("nbytes,split_min", [(10, 0), (10, 100), (100, 100), (1 << 20, 1 << 19)])
+def test_rts_plan(offered, takeable, writable, nbytes, split_min):
+    plan = rts_plan(offered, takeable, writable, nbytes, split_min)
+    # MPI's rule restated: the data is pushed unless a region was offered and can be read here;
+    # both sides copy only where the transport writes too and the message is worth two cores
+    if not (offered and takeable):
+        assert plan == PUSH
+    elif writable and split_min and nbytes >= split_min:
+        assert plan == SPLIT
+    else:
+        assert plan == READ
+    assert plan in {e for (_, e) in RECV}  # every plan is an event of the receive machine
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 1 << 30))
+def test_split_head_is_page_aligned_and_at_most_half(n):
+    h = split_head(n)
+    assert h % 4096 == 0 and 0 <= h <= n // 2 and n // 2 - h < 4096
+
+
+def test_cancel_plan():
+    assert cancel_plan(True, WAIT_ACK) == "ask"
+    for st_ in (START, PUSHING, DONE, CANCELLING, CANCELLED, FAILED):
+        assert cancel_plan(True, st_) == "none"
+    assert cancel_plan(False, POSTED) == "withdraw"
+    for st_ in (PULLING, DONE, CANCELLED, FAILED):
+        assert cancel_plan(False, st_) == "none"
+    # the transitions the plans lead to exist in the tables
+    assert step(SEND, WAIT_ACK, "cancel") == CANCELLING and step(RECV, POSTED, "cancel") == CANCELLED
+
+
+# --- pieces of a pushed message ------------------------------------------------------------
+
+
+def test_pieces_of_nothing():
+    # an empty buffer gives no piece: the engine sends one empty, last DATA frame by itself
+    assert list(pieces([0], 1024)) == [] and list(pieces([], 8)) == []
 
 
 @settings(max_examples=300, deadline=None)
-@given(n=st.integers(1, 20000), c=st.integers(1, 5000))
-def test_chunks_cover_exactly_once(n, c):
-    pieces = list(chunks(n, c))
-    expect_count = -(-n // c)  # ceil
-    assert len(pieces) == expect_count
-    pos = 0
-    for i, (off, ln, last) in enumerate(pieces):
-        assert off == pos
-        assert 0 < ln <= c
-        if i < len(pieces) - 1:
-            assert ln == c  # only the final piece may be short
-            assert last is False
-        else:
-            assert last is True
-        pos += ln
-    assert pos == n
+@given(ns=st.lists(st.integers(0, 20000), min_size=1, max_size=4), c=st.integers(1, 5000))
+def test_pieces_cover_every_buffer_exactly_once(ns, c):
+    got = list(pieces(ns, c))
+    assert len(got) == sum(-(-n // c) for n in ns)  # ceil per buffer
+    for i, n in enumerate(ns):
+        mine = [(off, ln) for j, off, ln in got if j == i]
+        pos = 0
+        for k, (off, ln) in enumerate(mine):
+            assert off == pos and 0 < ln <= c
+            if k < len(mine) - 1:
+                assert ln == c  # only a buffer's final piece may be short
+            pos += ln
+        assert pos == n
+    assert [j for j, _, _ in got] == sorted(j for j, _, _ in got)  # buffers in order
 
 
-def test_chunks_examples():
-    assert list(chunks(10, 4)) == [(0, 4, False), (4, 4, False), (8, 2, True)]
-    assert list(chunks(8, 4)) == [(0, 4, False), (4, 4, True)]
-    assert list(chunks(3, 100)) == [(0, 3, True)]
-    assert list(chunks(1, 1)) == [(0, 1, True)]
+def test_pieces_examples():
+    assert list(pieces([10], 4)) == [(0, 0, 4), (0, 4, 4), (0, 8, 2)]
+    assert list(pieces([8, 0, 3], 4)) == [(0, 0, 4), (0, 4, 4), (2, 0, 3)]
+    assert list(pieces([1], 1)) == [(0, 0, 1)]
 
 
 # --- header -----------------------------------------------------------------------------
@@ -258,7 +297,6 @@ def test_chunks_examples():
 
 def test_header_size():
     assert HLEN == HEADER.size == 32
-    assert RTS_BODY.size == 8
 
 
 @settings(max_examples=200, deadline=None)
@@ -288,7 +326,7 @@ def test_header_round_trip_and_layout(length, kind, flags, ctx, tag, nbytes, mid
 
 
 def test_header_unpack_from_offset():
-    buf = bytearray(8) + HEADER.pack(40, RTS, FLAG_CMA, 0, 3, 7, 123, 9) + RTS_BODY.pack(0xDEADBEEF)
-    assert HEADER.unpack_from(buf, 8) == (40, RTS, FLAG_CMA, 0, 3, 7, 123, 9)
-    assert RTS_BODY.unpack_from(buf, 8 + HLEN) == (0xDEADBEEF,)
+    buf = bytearray(8) + HEADER.pack(40, RTS, FLAG_OFFER, 0, 3, 7, 123, 9) + struct.pack("<Q", 0xDEADBEEF)
+    assert HEADER.unpack_from(buf, 8) == (40, RTS, FLAG_OFFER, 0, 3, 7, 123, 9)
+    assert struct.unpack_from("<Q", buf, 8 + HLEN) == (0xDEADBEEF,)
     assert struct.calcsize(HEADER.format) == 32

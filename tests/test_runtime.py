@@ -147,7 +147,7 @@ def _staged_path():
 
     c = MPI.COMM_WORLD
     r, n = c.rank, c.size
-    assert not MPI._rt.ENGINE.cma
+    assert not MPI._rt.ENGINE.region("host", "cma").ok
     for size in (100_000, 3 << 20):
         a = (np.arange(size) % 253).astype(np.uint8)
         b = np.empty(size, np.uint8)
@@ -194,7 +194,7 @@ def _init_and_query():
 
     q = gpumpi.query_gpu_support()
     assert q["cuda"] is False and q["gpus"] == 0 and q["adapter"] == "sim"  # no driver on CI machines
-    assert q["device_kinds"] == ["sim"] and q["transports"]["device"] == ["cuda_ipc", "staging"]
+    assert q["device_kinds"] == ["sim"] and q["transports"]["device"] == ["self", "cuda_ipc", "staging"]
     assert q["staging"] == {"slots": 4, "slot_bytes": 8 << 20}  # the defaults
     for bad, text in (("gpu", "device must be"), (True, "device must be"), (0, "no CUDA driver")):
         try:

@@ -93,8 +93,8 @@ def _contention(per):
     for p, k, dst in dsts:
         assert np.array_equal(dst.get(), np.arange(sizes[k % 3] // 8 + 1, dtype=np.float64) + 1000 * p + k), (p, k)
     c.Barrier()
-    assert eng.slabs[r].in_use() == 0  # every slot came back
-    return eng.stage
+    assert eng.staging.slabs[r].in_use() == 0  # every slot came back
+    return eng.staging.stage
 
 
 @pytest.mark.parametrize("n", WORLD_SIZES)

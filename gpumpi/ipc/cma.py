@@ -6,12 +6,19 @@ shared staging area).  The peer must allow it: the launcher's ranks call
 ``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)``, and Yama's ``ptrace_scope`` must
 be 0 or 1.  When the kernel refuses (EPERM, ENOSYS), callers fall back to the
 staged path; :func:`available` tells in advance whether to try.
+
+:class:`Cma` is the ``cma`` host region transport (:mod:`gpumpi.ipc.base`): a sender
+offers its segments, the receiver reads them; for large messages the sender also
+writes the tail while the receiver reads the head (``WRITE``).  After a refusal it
+offers nothing more, and the data is pushed through the rings instead.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+
+from .base import HOST, ONE_SIDED, READ, WRITE, Region, decode_segments, encode_segments, register, skip_segments
 
 _IOV_MAX = 1024
 
@@ -183,3 +190,36 @@ def write(pid: int, local: list, skip: int, remote_addr: int, nbytes: int) -> in
                 iov[seg] = (a + left, n - left)
                 left = 0
     return 0 if done >= nbytes else 5
+
+
+@register
+class Cma(Region):
+    """Host regions read and written with cross-memory attach (one copy, peer to peer)."""
+
+    name, memory, caps = "cma", HOST, READ | WRITE | ONE_SIDED
+
+    def __init__(self, world) -> None:
+        self.pid = world.pid
+        self.ok = bool(world.cfg.cma) and available()
+        self.proven = False  # a plain read has worked: splitting (both sides copy) is safe
+
+    def reaches(self, peer: int) -> bool:
+        return self.ok
+
+    def offer(self, peer: int, src):
+        return encode_segments(src) if self.ok else None
+
+    def take(self, peer: int, body, dst, nbytes: int, skip: int = 0) -> bool:
+        segs = decode_segments(body)
+        if skip:
+            segs = skip_segments(segs, skip)
+        errno = read(self.pid(peer), segs, dst, nbytes) if nbytes else 0
+        if errno == 0:
+            self.proven = True
+            return True
+        if not self.proven:
+            self.ok = False  # the kernel refused: push through the rings from now on
+        return False
+
+    def write(self, peer: int, src, skip: int, addr: int, nbytes: int) -> int:
+        return write(self.pid(peer), src, skip, addr, nbytes)

@@ -16,6 +16,10 @@ retries backlogs and returns the tokens of the frames it wrote; the progress
 engine calls it whenever a backlog exists.
 
 A singleton (no launcher) gets a private anonymous mapping holding one ring.
+
+The ``shm`` host region transport (:class:`ShmPush`) is the fallback that reaches every
+peer: it offers nothing, so the sender pushes the data through the rings in DATA
+frames when the receiver asks (CTS).
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ import mmap
 from collections import deque
 
 from .._protocol import HEADER, HLEN
+from .base import HOST, Frames, Region, register
 from .ring import CTRL, RingReader, RingWriter
 
 _pack_into = HEADER.pack_into
 _unpack_from = HEADER.unpack_from
 
 
-class ShmTransport:
+class ShmTransport(Frames):
     """Frames between the ranks of one node over shared-memory rings."""
 
     name = "shm"
@@ -142,6 +147,37 @@ class ShmTransport:
                 got += 1
         return got
 
+    def drop(self, peer: int) -> list:
+        """Forget the frames queued for ``peer``; the tokens that will never be written."""
+        bl = self.backlog[peer]
+        if bl is None:
+            return []
+        self.backlog[peer] = None
+        self.nbacklog -= 1
+        return [f[9] for f in bl if f[9] is not None]
+
+    def idle(self) -> bool:
+        return self.nbacklog == 0
+
     def close(self) -> None:
         self.out = self.inc = []
         self._anon = None
+
+
+@register
+class ShmPush(Region):
+    """Host data pushed through the rings (offers nothing: reaches every peer)."""
+
+    name, memory, caps = "shm", HOST, 0
+
+    def __init__(self, world) -> None:
+        pass
+
+    def reaches(self, peer: int) -> bool:
+        return True
+
+    def offer(self, peer: int, src):
+        return None
+
+    def take(self, peer: int, body, dst, nbytes: int, skip: int = 0) -> bool:
+        return False
