@@ -17,6 +17,7 @@ import textwrap
 import pytest
 
 from gpumpi import bench, cli
+from gpumpi.bench import _common, p2p, pack, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIEXEC = cli.find_mpiexec()
@@ -54,61 +55,61 @@ REF_META = {**META, "impl": "mpi4py", "library": "MPICH Version: 5.0.2"}
 
 
 def test_parse_size_suffixes():
-    assert bench.parse_size("0") == 0
-    assert bench.parse_size("4096") == 4096
-    assert bench.parse_size("64K") == 64 << 10
-    assert bench.parse_size("64KiB") == 64 << 10
-    assert bench.parse_size("16M") == 16 << 20
-    assert bench.parse_size("1g") == 1 << 30
-    assert bench.parse_size("8B") == 8
+    assert _common.parse_size("0") == 0
+    assert _common.parse_size("4096") == 4096
+    assert _common.parse_size("64K") == 64 << 10
+    assert _common.parse_size("64KiB") == 64 << 10
+    assert _common.parse_size("16M") == 16 << 20
+    assert _common.parse_size("1g") == 1 << 30
+    assert _common.parse_size("8B") == 8
     for bad in ("x", "-1", "1.5M", ""):
         with pytest.raises(bench.BenchError):
-            bench.parse_size(bad)
+            _common.parse_size(bad)
 
 
 def test_default_sizes_is_osu_sweep():
-    sizes = bench.default_sizes()
+    sizes = _common.default_sizes()
     assert sizes[:4] == [0, 1, 2, 4]
     assert sizes[-1] == 16 << 20
     assert len(sizes) == 1 + 25
-    assert bench.default_sizes(3, 40) == [4, 8, 16, 32]
-    assert bench.default_sizes(0, 0) == [0]
+    assert _common.default_sizes(3, 40) == [4, 8, 16, 32]
+    assert _common.default_sizes(0, 0) == [0]
 
 
 def test_parse_sizes_forms():
-    assert bench.parse_sizes(None) == bench.default_sizes()
-    assert bench.parse_sizes(None, quick=True) == [8, 1024, 65536, 1 << 20, 16 << 20]
-    assert bench.parse_sizes("1K:8K") == [1024, 2048, 4096, 8192]
-    assert bench.parse_sizes(":4") == [0, 1, 2, 4]
-    assert bench.parse_sizes("1M:", quick=True) == [1 << 20, 16 << 20]
-    assert bench.parse_sizes("64K,8,8,1K") == [8, 1024, 65536]
+    assert p2p.parse_sizes(None) == _common.default_sizes()
+    assert p2p.parse_sizes(None, quick=True) == [8, 1024, 65536, 1 << 20, 16 << 20]
+    assert p2p.parse_sizes("1K:8K") == [1024, 2048, 4096, 8192]
+    assert p2p.parse_sizes(":4") == [0, 1, 2, 4]
+    assert p2p.parse_sizes("1M:", quick=True) == [1 << 20, 16 << 20]
+    assert p2p.parse_sizes("64K,8,8,1K") == [8, 1024, 65536]
     with pytest.raises(bench.BenchError, match="min 9 > max 3"):
-        bench.parse_sizes("9:3")
+        p2p.parse_sizes("9:3")
     with pytest.raises(bench.BenchError, match="no message size"):
-        bench.parse_sizes("3:5", quick=True)
+        p2p.parse_sizes("3:5", quick=True)
 
 
 def test_plan_iterations_scales_down_large_messages():
-    small = bench.plan_iterations("latency", 8)
+    small = p2p.plan_iterations("latency", 8)
     assert small == (10000, 1000)
-    assert bench.plan_iterations("bw", 8) == (100, 10)
-    big_lat = bench.plan_iterations("latency", 16 << 20)
-    big_bw = bench.plan_iterations("bw", 16 << 20)
+    assert p2p.plan_iterations("bw", 8) == (100, 10)
+    big_lat = p2p.plan_iterations("latency", 16 << 20)
+    big_bw = p2p.plan_iterations("bw", 16 << 20)
     assert big_lat[0] < small[0] and big_lat[0] >= 5
     assert big_bw[0] < 100 and big_bw[0] >= 5
     # iterations never grow with the size
     prev = None
-    for s in bench.default_sizes(1):
-        n, w = bench.plan_iterations("bibw", s)
+    for s in _common.default_sizes(1):
+        n, w = p2p.plan_iterations("bibw", s)
         assert 1 <= w <= n
         assert prev is None or n <= prev
         prev = n
-    quick = [bench.plan_iterations(t, s, quick=True)[0] for t in ("latency", "bw", "bibw") for s in bench.QUICK_SIZES]
-    full = [bench.plan_iterations(t, s)[0] for t in ("latency", "bw", "bibw") for s in bench.QUICK_SIZES]
+    quick = [p2p.plan_iterations(t, s, quick=True)[0] for t in ("latency", "bw", "bibw") for s in p2p.QUICK_SIZES]
+    full = [p2p.plan_iterations(t, s)[0] for t in ("latency", "bw", "bibw") for s in p2p.QUICK_SIZES]
     assert all(q <= f for q, f in zip(quick, full))
     # explicit counts are used as given
-    assert bench.plan_iterations("bw", 16 << 20, iters=7, skip=0) == (7, 0)
-    assert bench.plan_iterations("latency", 8, iters=20) == (20, 2)
+    assert p2p.plan_iterations("bw", 16 << 20, iters=7, skip=0) == (7, 0)
+    assert p2p.plan_iterations("latency", 8, iters=20) == (20, 2)
 
 
 def test_check_buffer_kind():
@@ -122,7 +123,7 @@ def test_check_buffer_kind():
 
 def test_pattern_and_sentinel_differ_everywhere():
     np = pytest.importorskip("numpy")
-    bufs = bench._Buffers(np, [0, 1, 1000, 4096], window=4, distinct=True)
+    bufs = _common._Buffers(np, [0, 1, 1000, 4096], window=4, distinct=True)
     for size in (1, 1000, 4096):
         sent = bufs.prepare_send(size, 0)
         slots = bufs.recv_slots(size, 4, 0)
@@ -133,8 +134,8 @@ def test_pattern_and_sentinel_differ_everywhere():
         slots[2][size // 2] ^= 1
         assert bufs.count_wrong(slots, size, 0, 4) == 1
     # the patterns of the two ranks, and of different sizes, differ
-    assert not np.array_equal(bench._pattern(np, 64, 0), bench._pattern(np, 64, 1))
-    assert not np.array_equal(bench._pattern(np, 64, 0), bench._pattern(np, 128, 0)[:64])
+    assert not np.array_equal(_common._pattern(np, 64, 0), _common._pattern(np, 64, 1))
+    assert not np.array_equal(_common._pattern(np, 64, 0), _common._pattern(np, 128, 0)[:64])
 
 
 # ---------------------------------------------------------------- tables and ratios
@@ -167,10 +168,10 @@ def test_format_table_reports_wrong_values():
 
 
 def test_ratio():
-    assert bench.ratio(4.0, 2.0) == 2.0
-    assert bench.ratio(None, 2.0) is None
-    assert bench.ratio(1.0, None) is None
-    assert bench.ratio(1.0, 0.0) is None
+    assert report.ratio(4.0, 2.0) == 2.0
+    assert report.ratio(None, 2.0) is None
+    assert report.ratio(1.0, None) is None
+    assert report.ratio(1.0, 0.0) is None
 
 
 def test_compare_results_ratios_favour_gpumpi_above_one():
@@ -210,9 +211,9 @@ def test_json_and_csv_files(tmp_path):
     rows = [_row(8, 1.0, 2.0, 3.0)]
     rows[0]["iters"] = {"latency": [100, 10], "bw": [5, 1]}
     doc = {**META, "results": rows}
-    bench.write_json(str(tmp_path / "r.json"), doc)
-    assert bench.read_json(str(tmp_path / "r.json")) == doc
-    bench.write_csv(str(tmp_path / "r.csv"), [*rows, _row(0, 0.5)], {"impl": "gpumpi"})
+    report.write_json(str(tmp_path / "r.json"), doc)
+    assert report.read_json(str(tmp_path / "r.json")) == doc
+    report.write_csv(str(tmp_path / "r.csv"), [*rows, _row(0, 0.5)], {"impl": "gpumpi"})
     lines = (tmp_path / "r.csv").read_text().splitlines()
     assert lines[0] == "impl,size,latency_us,bw_GBps,bibw_GBps,wrong,iters_latency,skip_latency,iters_bw,skip_bw"
     assert lines[1] == "gpumpi,8,1.0,2.0,3.0,0,100,10,5,1"
@@ -407,6 +408,7 @@ def test_wrong_values_are_counted(tmp_path):
             import json, sys, types
             from mpi4py import MPI as _M
             from gpumpi import bench
+            from gpumpi.bench import _common, p2p
 
             class Comm:
                 def __init__(self, c):
@@ -415,12 +417,12 @@ def test_wrong_values_are_counted(tmp_path):
                     return getattr(self._c, name)
                 def Recv(self, buf, source, tag):
                     self._c.Recv(buf, source, tag)
-                    if tag == bench._TAG_LAT and len(buf[0]):
+                    if tag == _common._TAG_LAT and len(buf[0]):
                         buf[0][0] ^= 0xFF
 
             MPI = types.SimpleNamespace(COMM_WORLD=Comm(_M.COMM_WORLD), BYTE=_M.BYTE, Wtime=_M.Wtime,
                                         Request=_M.Request, Get_library_version=_M.Get_library_version)
-            rows = bench.run_p2p(MPI, [0, 8, 1024], iters=3, skip=1)
+            rows = p2p.run_p2p(MPI, [0, 8, 1024], iters=3, skip=1)
             if _M.COMM_WORLD.Get_rank() == 0:
                 print(json.dumps(rows))
             """
@@ -464,7 +466,7 @@ def test_quick_sweep_is_quick_on_mpi4py():
     out = _run(_inner_cmd(2, "--quick", "--quiet"), timeout=120)
     assert out.returncode == 0, out.stderr
     body = [ln.split() for ln in out.stdout.splitlines() if not ln.startswith("#")]
-    assert [int(b[0]) for b in body] == list(bench.QUICK_SIZES)
+    assert [int(b[0]) for b in body] == list(p2p.QUICK_SIZES)
     assert all(b[-1] == "0" for b in body)
 
 
@@ -505,20 +507,20 @@ PACK_REF_META = {**PACK_META, "impl": "mpi4py", "library": "MPICH Version: 5.0.2
 
 
 def test_parse_blocks():
-    assert bench.parse_blocks(None) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
-    assert bench.parse_blocks(None, quick=True) == [1, 8, 64, 1024]
-    assert bench.parse_blocks("8:128") == [8, 16, 32, 64, 128]
-    assert bench.parse_blocks("8:", quick=True) == [8, 64, 1024]
-    assert bench.parse_blocks("1K,8,8,64K") == [8, 1024, 65536]
-    assert bench.parse_blocks("24", nbytes=48) == [24]
+    assert pack.parse_blocks(None) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    assert pack.parse_blocks(None, quick=True) == [1, 8, 64, 1024]
+    assert pack.parse_blocks("8:128") == [8, 16, 32, 64, 128]
+    assert pack.parse_blocks("8:", quick=True) == [8, 64, 1024]
+    assert pack.parse_blocks("1K,8,8,64K") == [8, 1024, 65536]
+    assert pack.parse_blocks("24", nbytes=48) == [24]
     with pytest.raises(bench.BenchError, match="block size 3 does not divide the 1048576 packed bytes"):
-        bench.parse_blocks("3")
+        pack.parse_blocks("3")
     with pytest.raises(bench.BenchError, match="block size 0"):
-        bench.parse_blocks("0")
+        pack.parse_blocks("0")
     with pytest.raises(bench.BenchError, match="min 64 > max 8"):
-        bench.parse_blocks("64:8")
+        pack.parse_blocks("64:8")
     with pytest.raises(bench.BenchError, match="selects no block size"):
-        bench.parse_blocks("2:4", quick=True)
+        pack.parse_blocks("2:4", quick=True)
 
 
 def test_pack_types_select_the_same_bytes_on_gpumpi():
@@ -526,13 +528,13 @@ def test_pack_types_select_the_same_bytes_on_gpumpi():
     from gpumpi import MPI
 
     nbytes = 64
-    src = bench._pack_source(np, 2 * nbytes)
+    src = pack._pack_source(np, 2 * nbytes)
     assert src.all()  # never 0: unpack into a zeroed buffer shows every byte it missed
     for block in (1, 4, 16):
         ref = src.reshape(nbytes // block, 2 * block)[:, :block].ravel()
         extents = {}
-        for family in bench.PACK_TYPES:
-            t = bench.pack_type(MPI, family, block, nbytes).Commit()
+        for family in pack.PACK_TYPES:
+            t = pack.pack_type(MPI, family, block, nbytes).Commit()
             try:
                 assert t.Get_size() == nbytes
                 lb, extent = t.Get_extent()
@@ -546,9 +548,9 @@ def test_pack_types_select_the_same_bytes_on_gpumpi():
         assert extents == {"vector": (0, 2 * nbytes - block), "indexed": (0, 2 * nbytes - block),
                            "subarray": (0, 2 * nbytes)}  # fmt: skip
     with pytest.raises(bench.BenchError, match="unknown pack type 'struct'"):
-        bench.pack_type(MPI, "struct", 8, nbytes)
+        pack.pack_type(MPI, "struct", 8, nbytes)
     with pytest.raises(bench.BenchError, match="does not divide"):
-        bench.pack_type(MPI, "vector", 3, nbytes)
+        pack.pack_type(MPI, "vector", 3, nbytes)
 
 
 def test_run_pack_in_process_on_gpumpi():
@@ -556,8 +558,8 @@ def test_run_pack_in_process_on_gpumpi():
     from gpumpi import MPI
 
     seen = []
-    rows = bench.run_pack(MPI, [1, 8, 64], nbytes=4096, iters=3, skip=1, progress=lambda i, n, r: seen.append((i, n)))
-    assert [(r["type"], r["block"]) for r in rows] == [(f, b) for b in (1, 8, 64) for f in bench.PACK_TYPES]
+    rows = pack.run_pack(MPI, [1, 8, 64], nbytes=4096, iters=3, skip=1, progress=lambda i, n, r: seen.append((i, n)))
+    assert [(r["type"], r["block"]) for r in rows] == [(f, b) for b in (1, 8, 64) for f in pack.PACK_TYPES]
     assert seen == [(i, 9) for i in range(9)]
     for r in rows:
         assert r["test"] == "pack" and r["bytes"] == 4096
@@ -567,7 +569,7 @@ def test_run_pack_in_process_on_gpumpi():
         assert r["lb"] == 0
         assert r["extent"] == (8192 if r["type"] == "subarray" else 8192 - r["block"])
     # one rank: no strided-send rows, and the table says why
-    meta = bench.metadata(MPI, "gpumpi", suite="pack", nranks=1)
+    meta = report.metadata(MPI, "gpumpi", suite="pack", nranks=1)
     assert "window" not in meta and meta["units"]["first"] == "ms"
     text = bench.format_table(rows, meta)
     assert text.splitlines()[0] == "# gpumpi pack, 1 rank, host numpy buffers"
@@ -618,10 +620,10 @@ def _faulty_mpi(bad_position=False):
 def test_run_pack_counts_wrong_bytes():
     pytest.importorskip("numpy")
     # first Pack: 1 byte, timed Pack: 1 byte, Unpack: 1 gap byte written
-    rows = bench.run_pack(_faulty_mpi(), [8], types=("vector",), nbytes=1024, iters=2, skip=1)
+    rows = pack.run_pack(_faulty_mpi(), [8], types=("vector",), nbytes=1024, iters=2, skip=1)
     assert [r["wrong"] for r in rows] == [3]
     # a wrong returned position makes the whole packed message wrong (first and timed Pack)
-    rows = bench.run_pack(_faulty_mpi(bad_position=True), [8], types=("vector",), nbytes=1024, iters=2, skip=0)
+    rows = pack.run_pack(_faulty_mpi(bad_position=True), [8], types=("vector",), nbytes=1024, iters=2, skip=0)
     assert [r["wrong"] for r in rows] == [2 * 1024 + 1]
     assert bench.format_table(rows, PACK_META).splitlines()[-1] == "# Wrong values : 2049 FAILED"
 
@@ -630,13 +632,13 @@ def test_run_pack_argument_errors():
     from gpumpi import MPI
 
     with pytest.raises(bench.BenchError, match="unknown pack type 'hvector'"):
-        bench.run_pack(MPI, [8], types=("hvector",))
+        pack.run_pack(MPI, [8], types=("hvector",))
     with pytest.raises(bench.BenchError, match="pack block size 3 does not divide the 1024 packed bytes"):
-        bench.run_pack(MPI, [3], nbytes=1024)
+        pack.run_pack(MPI, [3], nbytes=1024)
     with pytest.raises(bench.BenchError, match="strided-send block size 5 does not divide"):
-        bench.run_pack(MPI, [8], send_blocks=[5])
+        pack.run_pack(MPI, [8], send_blocks=[5])
     with pytest.raises(bench.BenchError, match=r"the pack suite runs on host numpy buffers only \(--buffer cupy\)"):
-        bench.run_pack(MPI, [8], buffer="cupy")
+        pack.run_pack(MPI, [8], buffer="cupy")
 
 
 def test_format_pack_table():
@@ -694,7 +696,7 @@ def test_compare_pack_results_and_table():
 
 
 def test_pack_csv(tmp_path):
-    bench.write_csv(str(tmp_path / "p.csv"), [_pack_row("vector", 8), _send_row(8)], {"impl": "gpumpi"})
+    report.write_csv(str(tmp_path / "p.csv"), [_pack_row("vector", 8), _send_row(8)], {"impl": "gpumpi"})
     lines = (tmp_path / "p.csv").read_text().splitlines()
     assert lines[0] == ("impl,test,type,block,bytes,lb,extent,pack_GBps,unpack_GBps,first_ms,create_ms,wrong,reps,warmup,"
                         "dtype_GBps,manual_GBps")  # fmt: skip
@@ -720,7 +722,7 @@ def test_pack_quick_on_one_rank_through_the_cli(tmp_path):
     assert "# strided-send: skipped (needs 2 ranks)" in lines
     assert lines[-1] == "# Wrong values : 0 OK"
     body = [ln.split() for ln in lines if not ln.startswith("#")]
-    assert [(b[0], int(b[1])) for b in body] == [(f, b) for b in bench.PACK_QUICK_BLOCKS for f in bench.PACK_TYPES]
+    assert [(b[0], int(b[1])) for b in body] == [(f, b) for b in pack.PACK_QUICK_BLOCKS for f in pack.PACK_TYPES]
     assert out.stderr.count("# gpumpi pack [") == 12  # progress lines
     doc = json.loads(jpath.read_text())
     assert doc["suite"] == "pack" and doc["impl"] == "gpumpi" and doc["nranks"] == 1
@@ -749,7 +751,7 @@ def test_pack_compare_mpi4py_with_strided_send(tmp_path):
     doc = json.loads(jpath.read_text())
     assert doc["impl"] == "gpumpi" and doc["compare"] == "mpi4py" and len(doc["runs"]) == 2
     assert [(m["test"], m["block"]) for m in doc["results"]] == (
-        [("pack", b) for b in (64, 1024) for _ in bench.PACK_TYPES] + [("strided-send", 8), ("strided-send", 1024)]
+        [("pack", b) for b in (64, 1024) for _ in pack.PACK_TYPES] + [("strided-send", 8), ("strided-send", 1024)]
     )
     for m in doc["results"]:
         assert m["wrong"] == 0 and m["ref_wrong"] == 0 and m["extent_ok"]

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from gpumpi import bench, cli
+from gpumpi.bench import _common, p2p, p2p_matrix
 from gpumpi.testing import run_ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,34 +72,34 @@ def test_buffer_kinds_per_suite():
 
 
 def test_transports_setting():
-    assert bench.transports_setting("auto") == ""
-    assert bench.transports_setting("auto", "host:shm") == "host:shm"
-    assert bench.transports_setting("staging") == "device:staging"
-    assert bench.transports_setting("cuda_ipc", "host:shm") == "host:shm,device:cuda_ipc"
+    assert _common.transports_setting("auto") == ""
+    assert _common.transports_setting("auto", "host:shm") == "host:shm"
+    assert _common.transports_setting("staging") == "device:staging"
+    assert _common.transports_setting("cuda_ipc", "host:shm") == "host:shm,device:cuda_ipc"
     # the chosen device transport replaces every device item, host items stay
-    assert bench.transports_setting("staging", "device:cuda_ipc; host:shm,Device:staging") == "host:shm,device:staging"
+    assert _common.transports_setting("staging", "device:cuda_ipc; host:shm,Device:staging") == "host:shm,device:staging"
     with pytest.raises(bench.BenchError, match=r"unknown transport 'nvlink' \(known: auto, cuda_ipc, staging\)"):
-        bench.transports_setting("nvlink")
+        _common.transports_setting("nvlink")
 
 
 def test_parse_matrix_sizes():
-    assert bench.parse_matrix_sizes(None) == [1 << 20, 16 << 20, 64 << 20]
-    assert bench.parse_matrix_sizes(None, quick=True) == [1 << 20, 16 << 20]
-    assert bench.parse_matrix_sizes("1M:4M") == [1 << 20, 2 << 20, 4 << 20]
-    assert bench.parse_matrix_sizes("32M:") == [32 << 20, 64 << 20]
-    assert bench.parse_matrix_sizes("2M:", quick=True) == [16 << 20]
-    assert bench.parse_matrix_sizes(":4") == [1, 2, 4]
-    assert bench.parse_matrix_sizes("16M,4K,4K") == [4096, 16 << 20]
+    assert p2p_matrix.parse_matrix_sizes(None) == [1 << 20, 16 << 20, 64 << 20]
+    assert p2p_matrix.parse_matrix_sizes(None, quick=True) == [1 << 20, 16 << 20]
+    assert p2p_matrix.parse_matrix_sizes("1M:4M") == [1 << 20, 2 << 20, 4 << 20]
+    assert p2p_matrix.parse_matrix_sizes("32M:") == [32 << 20, 64 << 20]
+    assert p2p_matrix.parse_matrix_sizes("2M:", quick=True) == [16 << 20]
+    assert p2p_matrix.parse_matrix_sizes(":4") == [1, 2, 4]
+    assert p2p_matrix.parse_matrix_sizes("16M,4K,4K") == [4096, 16 << 20]
     with pytest.raises(bench.BenchError, match="must be >= 1 byte"):
-        bench.parse_matrix_sizes("0,1M")
+        p2p_matrix.parse_matrix_sizes("0,1M")
     with pytest.raises(bench.BenchError, match="min 4 > max 2"):
-        bench.parse_matrix_sizes("4:2")
+        p2p_matrix.parse_matrix_sizes("4:2")
 
 
 def test_plan_matrix_iterations():
-    assert bench.plan_matrix_iterations() == ((20, 3), (20, 2))
-    assert bench.plan_matrix_iterations(quick=True) == ((5, 1), (5, 1))
-    assert bench.plan_matrix_iterations(iters=7, skip=0) == ((7, 0), (7, 0))
+    assert p2p_matrix.plan_matrix_iterations() == ((20, 3), (20, 2))
+    assert p2p_matrix.plan_matrix_iterations(quick=True) == ((5, 1), (5, 1))
+    assert p2p_matrix.plan_matrix_iterations(iters=7, skip=0) == ((7, 0), (7, 0))
 
 
 def test_rank_env_and_inner_argv():
@@ -148,7 +149,9 @@ def test_device_argument_errors_launch_nothing(argv, message, capsys, no_launch)
 
 @pytest.mark.parametrize("suite", ["p2p", "p2p-matrix"])
 def test_cupy_without_cupy_fails_before_launching(suite, capsys, no_launch, monkeypatch):
-    monkeypatch.setattr(bench, "cupy_status", lambda: (False, "cupy is not installed: pip install gpumpi[cuda]"))
+    fake = lambda: (False, "cupy is not installed: pip install gpumpi[cuda]")  # noqa: E731
+    monkeypatch.setattr(_common, "cupy_status", fake)  # what check_device_buffers asks
+    monkeypatch.setattr(bench, "cupy_status", fake)  # what cli asks for the default buffer of p2p-matrix
     assert cli.main(["bench", suite, "--buffer", "cupy"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "gpumpi bench: --buffer cupy needs CuPy and a CUDA GPU (cupy is not installed: pip install gpumpi[cuda])"
@@ -202,14 +205,14 @@ def test_format_matrix_table_with_grid():
 
 
 def test_device_headers_and_compare_note():
-    p2p = {"suite": "p2p", "impl": "gpumpi", "library": "gpumpi 0.1.0", "nranks": 2, "buffer": "cupy", "window": 64,
+    p2p_meta = {"suite": "p2p", "impl": "gpumpi", "library": "gpumpi 0.1.0", "nranks": 2, "buffer": "cupy", "window": 64,
            "transport": "cuda_ipc", "transports_env": "device:cuda_ipc", "devices": [0, 1]}  # fmt: skip
     row = {"size": 8, "latency_us": 1.0, "bw_GBps": 2.0, "bibw_GBps": 3.0, "wrong": 0, "iters": {}}
-    lines = bench.format_table([row], p2p).splitlines()
+    lines = bench.format_table([row], p2p_meta).splitlines()
     assert lines[0] == "# gpumpi p2p, 2 ranks, cupy buffers (CUDA device memory), rank 0 on GPU 0, rank 1 on GPU 1"
     assert lines[2] == ("# device transport: cuda_ipc (GPUMPI_TRANSPORTS=device:cuda_ipc: cuda_ipc preferred, "
                         "staging where IPC is impossible)")  # fmt: skip
-    sim = {**p2p, "buffer": "sim", "transport": "auto", "transports_env": None, "devices": [0, 0]}
+    sim = {**p2p_meta, "buffer": "sim", "transport": "auto", "transports_env": None, "devices": [0, 0]}
     ref = {"suite": "p2p", "impl": "mpi4py", "library": "MPICH", "nranks": 2, "buffer": "numpy", "window": 64}
     text = bench.format_compare_table(bench.compare_results([row], [row]), sim, ref)
     lines = text.splitlines()
@@ -217,10 +220,10 @@ def test_device_headers_and_compare_note():
                         "SimDeviceArray), mpi4py on host numpy buffers")  # fmt: skip
     assert "# gpumpi device transport: auto (gpumpi's choice: cuda_ipc where it can, else staging)" in lines
     assert any(ln.startswith("# mpi4py ran on host numpy buffers: mpi4py cannot take") for ln in lines)
-    cupy_text = bench.format_compare_table(bench.compare_results([row], [row]), p2p, ref)
+    cupy_text = bench.format_compare_table(bench.compare_results([row], [row]), p2p_meta, ref)
     assert "CUDA-aware MPI" in cupy_text
     # host buffers keep the old header, without a transport line
-    host = bench.format_table([row], {**p2p, "buffer": "numpy"}).splitlines()
+    host = bench.format_table([row], {**p2p_meta, "buffer": "numpy"}).splitlines()
     assert host[0] == "# gpumpi p2p, 2 ranks, host numpy buffers" and "transport" not in host[2]
 
 
@@ -326,12 +329,12 @@ def _corrupting_mpi(tag):
 
 
 def _corrupt_p2p():
-    return bench.run_p2p(_corrupting_mpi(bench._TAG_LAT), [0, 8, 1024], iters=2, skip=1, buffer="sim", tests=("latency",))
+    return p2p.run_p2p(_corrupting_mpi(_common._TAG_LAT), [0, 8, 1024], iters=2, skip=1, buffer="sim", tests=("latency",))
 
 
 def _corrupt_matrix():
-    mpi = _corrupting_mpi(bench._TAG_MATRIX)
-    return bench.run_p2p_matrix_pair(mpi, 0, 0, [4096, 1 << 20], buffer="sim", iters=2, skip=1)
+    mpi = _corrupting_mpi(_common._TAG_MATRIX)
+    return p2p_matrix.run_p2p_matrix_pair(mpi, 0, 0, [4096, 1 << 20], buffer="sim", iters=2, skip=1)
 
 
 def test_wrong_device_bytes_are_counted():
@@ -346,7 +349,7 @@ def test_wrong_device_bytes_are_counted():
 def _matrix_bad_device():
     from gpumpi import MPI
 
-    return bench.run_p2p_matrix_pair(MPI, 0, 1, [4096], buffer="sim")
+    return p2p_matrix.run_p2p_matrix_pair(MPI, 0, 1, [4096], buffer="sim")
 
 
 def test_matrix_rejects_a_missing_device():
