@@ -175,16 +175,12 @@ def _validate(args) -> list[int]:
     if args.suite not in bench.SUITES:
         raise CLIError(f"unknown suite {args.suite!r} (available: {', '.join(bench.SUITES)})")
     matrix = args.suite == "p2p-matrix"
+    suite = bench.SUITES[args.suite]
     try:
         bench.check_transport(args.transport)
         if args.buffer is not None:
             bench.check_buffer_kind(args.buffer, args.suite)
-        if args.suite == "pack":
-            sizes = bench.parse_blocks(args.sizes, quick=args.quick)
-        elif matrix:
-            sizes = bench.parse_matrix_sizes(args.sizes, quick=args.quick)
-        else:
-            sizes = bench.parse_sizes(args.sizes, quick=args.quick)
+        sizes = suite.parse_sizes(args.sizes, quick=args.quick)
     except bench.BenchError as e:
         raise CLIError(str(e)) from None
     if matrix:
@@ -192,7 +188,7 @@ def _validate(args) -> list[int]:
             raise CLIError(f"the p2p-matrix suite runs 2 ranks per device pair (got -n {args.np})")
         if args.impl != "gpumpi" or args.compare:
             raise CLIError("the p2p-matrix suite measures gpumpi only (no --impl mpi4py, no --compare)")
-    min_ranks = 1 if args.suite == "pack" else 2
+    min_ranks = suite.min_ranks
     if args.np < min_ranks:
         raise CLIError(f"the {args.suite} suite needs at least {min_ranks} rank{'s' if min_ranks > 1 else ''} (got -n {args.np})")
     if args.suite != "p2p" and (args.distinct_recv or args.window != bench.WINDOW):
@@ -303,11 +299,11 @@ def _run_inner(args, sizes: list[int]) -> int:
     if args.buffer in bench.DEVICE_BUFFER_KINDS and rank <= 1:
         devices = bench.pair_devices(MPI, comm, _device_of(args.buffer))
     if args.suite == "pack":
-        rows = bench.run_pack(
+        rows = bench.pack.run_pack(
             MPI, sizes, iters=args.iters, skip=args.skip, quick=args.quick, buffer=args.buffer, comm=comm, progress=progress
         )
     else:
-        rows = bench.run_p2p(
+        rows = bench.p2p.run_p2p(
             MPI,
             sizes,
             iters=args.iters,
@@ -353,7 +349,7 @@ def _run_matrix_inner(args, sizes: list[int]) -> int:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     progress = bench.stderr_progress("gpumpi") if rank == 0 and not args.quiet else None
-    rows = bench.run_p2p_matrix_pair(
+    rows = bench.p2p_matrix.run_p2p_matrix_pair(
         MPI, src, dst, sizes, buffer=args.buffer, iters=args.iters, skip=args.skip, quick=args.quick, comm=comm,
         progress=progress,
     )  # fmt: skip
