@@ -50,7 +50,7 @@ its own handles (CUDA fails with "invalid device context"): IpcUnsupported too.
 
 The simulated device
 --------------------
-*Memory.*  Each device allocation is its own memfd (``memfd_create``), sized to
+*Memory.*  Each device allocation is its own memfd (:mod:`gpumpi._memfd`), sized to
 one header page plus the data rounded up to whole pages, sealed against
 resizing, and mapped shared; the user's base address is the first byte after
 the header page, so allocations are page aligned and the header is never user
@@ -120,8 +120,6 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import fcntl
-import mmap
 import os
 import secrets
 import struct
@@ -129,6 +127,8 @@ import threading
 import time
 import weakref
 from collections import deque
+
+from . import _memfd
 
 __all__ = [
     "IpcUnsupported",
@@ -148,7 +148,7 @@ __all__ = [
 
 #: bytes in an IPC handle (``cudaIpcMemHandle_t`` / ``cudaIpcEventHandle_t``)
 HANDLE_SIZE = 64
-PAGE = mmap.PAGESIZE
+PAGE = _memfd.PAGE
 
 DEVICE, HOST, MANAGED, POOL = "device", "host", "managed", "pool"
 
@@ -217,44 +217,6 @@ def _addr(call: str, a) -> int:
     return v
 
 
-# -- raw mappings (libc mmap/munmap: real addresses, no Python buffer exports) ---------------
-
-_libc: list = []
-_MAP_FAILED = ctypes.c_void_p(-1).value
-
-
-def _lib():
-    if not _libc:
-        lib = ctypes.CDLL(None, use_errno=True)
-        lib.mmap.restype = ctypes.c_void_p
-        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                             ctypes.c_long]
-        lib.munmap.restype = ctypes.c_int
-        lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        _libc.append(lib)
-    return _libc[0]
-
-
-def _map(call: str, length: int, fd: int | None) -> int:
-    if fd is None:
-        flags, fd = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1
-    else:
-        flags = mmap.MAP_SHARED
-    addr = _lib().mmap(None, length, mmap.PROT_READ | mmap.PROT_WRITE, flags, fd, 0)
-    if addr is None or addr == _MAP_FAILED:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{call}: mmap failed: {os.strerror(err)} ({length} bytes)")
-    return addr
-
-
-def _unmap(addr: int, length: int) -> None:
-    _lib().munmap(addr, length)
-
-
-def _round(n: int) -> int:
-    return max(PAGE, (n + PAGE - 1) // PAGE * PAGE)
-
-
 # -- simulated device: header page and handles ----------------------------------------------
 
 _MAGIC = b"gpumpiS1"
@@ -283,18 +245,6 @@ def _mark_dead(m: int) -> None:
     ctypes.c_uint32.from_address(m + _OFF_STATE).value = _DEAD
 
 
-def _new_memfd(call: str, name: str, length: int) -> int:
-    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        os.ftruncate(fd, length)
-        # no peer can shrink the file under the exporter's mapping (SIGBUS), nor grow it
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def _parse_handle(call: str, handle, magic: bytes) -> tuple:
     if not isinstance(handle, (bytes, bytearray, memoryview)):
         raise TypeError(f"{call}: handle must be bytes ({type(handle).__name__})")
@@ -312,9 +262,9 @@ def _parse_handle(call: str, handle, magic: bytes) -> tuple:
 def _open_peer(call: str, pid: int, fd: int, kind: int, size: int, serial: int, token: int,
                map_len: int) -> int:
     """Map the peer's memfd ``/proc/pid/fd/fd`` and check its header; returns the mapping."""
-    path = f"/proc/{pid}/fd/{fd}"
+    path = _memfd.peer_path(pid, fd)
     try:
-        myfd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        myfd = _memfd.open_peer(pid, fd)
     except (FileNotFoundError, ProcessLookupError) as exc:
         raise StaleHandle(f"{call}: the exporter's allocation is gone (pid {pid} fd {fd}: {exc.strerror})") from exc
     except PermissionError as exc:
@@ -325,7 +275,7 @@ def _open_peer(call: str, pid: int, fd: int, kind: int, size: int, serial: int, 
         if st.st_size != map_len:
             raise StaleHandle(f"{call}: stale handle (pid {pid} fd {fd} now names another file, "
                               f"{st.st_size} bytes, expected {map_len})")
-        m = _map(call, map_len, myfd)
+        m = _memfd.map_shared(call, map_len, myfd)
     finally:
         os.close(myfd)
     try:
@@ -336,7 +286,7 @@ def _open_peer(call: str, pid: int, fd: int, kind: int, size: int, serial: int, 
         if state != _LIVE:
             raise StaleHandle(f"{call}: stale handle (the exporter freed allocation {serial} of pid {pid})")
     except BaseException:
-        _unmap(m, map_len)
+        _memfd.unmap(m, map_len)
         raise
     return m
 
@@ -391,7 +341,7 @@ class SimStream:
 def _release_event_page(m: int, fd: int, owner_pid: int) -> None:
     if owner_pid == os.getpid():
         _mark_dead(m)  # peers opening our handle from now on get StaleHandle
-    _unmap(m, PAGE)
+    _memfd.unmap(m, PAGE)
     if fd >= 0 and owner_pid == os.getpid():
         try:
             os.close(fd)
@@ -511,12 +461,7 @@ class SimAdapter:
     def _shared(self, call: str, name: str, length: int, kind: int, size: int) -> tuple[int, int, int]:
         """A new shared mapping of ``length`` bytes (a memfd peers open through its handle), its
         header written: ``(address, fd, serial)``."""
-        fd = _new_memfd(call, name, length)
-        try:
-            m = _map(call, length, fd)
-        except BaseException:
-            os.close(fd)
-            raise
+        fd, m = _memfd.create_mapped(call, name, length)
         with self._lock:
             self._serial += 1
             serial = self._serial
@@ -529,7 +474,7 @@ class SimAdapter:
         self._check()
         if n == 0:
             return 0
-        map_len = PAGE + _round(n)
+        map_len = PAGE + _memfd.round_pages(n)
         m, fd, serial = self._shared("alloc", "gpumpi-sim", map_len, _KIND_MEM, n)
         with self._lock:
             dev = self.current_device()
@@ -542,8 +487,8 @@ class SimAdapter:
         self._check()
         if n == 0:
             return 0
-        map_len = _round(n)
-        m = _map(call, map_len, None)
+        map_len = _memfd.round_pages(n)
+        m = _memfd.map_anonymous(call, map_len)
         with self._lock:
             self._insert(_Alloc(m, n, kind, device, m, map_len))
         return m
@@ -619,7 +564,7 @@ class SimAdapter:
         self._remove(a)
         if a.fd >= 0:
             _mark_dead(a.map_addr)
-        _unmap(a.map_addr, a.map_len)
+        _memfd.unmap(a.map_addr, a.map_len)
         if a.fd >= 0:
             os.close(a.fd)
 
@@ -682,7 +627,7 @@ class SimAdapter:
                                       f"of pid {pid})")
                 a.refs += 1
                 return a.base
-            map_len = PAGE + _round(size)
+            map_len = PAGE + _memfd.round_pages(size)
             m = _open_peer("ipc_open", pid, fd, _KIND_MEM, size, serial, token, map_len)
             a = _Alloc(m + PAGE, size, DEVICE, dev, m, map_len, refs=1, key=handle)
             self._insert(a)
@@ -703,7 +648,7 @@ class SimAdapter:
             self._sync_all()
             self._remove(a)
             del self._opened[a.key]
-            _unmap(a.map_addr, a.map_len)
+            _memfd.unmap(a.map_addr, a.map_len)
 
     # -- streams ------------------------------------------------------------------------
 
