@@ -354,7 +354,7 @@ def _classify(tp) -> str | None:
 
 
 _seen_device = False  # once a device array can exist, the answer stays yes
-_sims = None  # the set behind gpumpi._cuda._ALL_SIMS (every simulated device made here), once loaded
+_sims = None  # the set behind gpumpi._device.sim._ALL_SIMS (every simulated device made here), once loaded
 
 
 def _device_possible() -> bool:
@@ -363,9 +363,9 @@ def _device_possible() -> bool:
     global _seen_device, _sims
     sims = _sims
     if sims is None:
-        cuda = sys.modules.get("gpumpi._cuda")
-        if cuda is not None:
-            sims = _sims = getattr(getattr(cuda, "_ALL_SIMS", None), "data", True)  # unknown: assume one
+        sim = sys.modules.get("gpumpi._device.sim")
+        if sim is not None:
+            sims = _sims = getattr(getattr(sim, "_ALL_SIMS", None), "data", True)  # unknown: assume one
     mods = sys.modules
     if sims or "cupy" in mods or "numba.cuda" in mods:
         _seen_device = True

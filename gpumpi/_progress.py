@@ -325,18 +325,18 @@ class Engine:
 
     def _ipc_copy(self, x: Xfer, peer: int, body, take: int) -> bool:
         """Copy a device message straight from the sender's allocation; False if it cannot be opened."""
-        from . import _cuda
+        from . import _device
 
         if "cuda_ipc" not in self.dev_transports:
             return False
         akind, handle, offset, evh = P.IPC_BODY.unpack(body)
-        ad = _cuda.sim_adapter() if akind == P.IPC_SIM else _cuda.adapter()
+        ad = _device.sim_adapter() if akind == P.IPC_SIM else _device.adapter()
         try:
             hit = _opened(self.ipc_mem, (peer, handle), ad, "ipc_open", handle, "ipc_close")
             ev = None
             if evh.strip(b"\0"):  # the sender's interprocess event
                 ev = _opened(self.ipc_ev, evh, ad, "ipc_event_open", evh, "event_destroy")[1]
-        except (_cuda.StaleHandle, _cuda.IpcUnsupported, _cuda.CudaError, OSError):
+        except (_device.StaleHandle, _device.IpcUnsupported, _device.CudaError, OSError):
             return False
         if take:
             s = self.copy_stream(ad)
@@ -610,12 +610,12 @@ class Engine:
         sl = self._slab(rank)
         key = (ad.name, rank)
         if key not in self.pinned:
-            from . import _cuda
+            from . import _device
 
             addr = address_of(sl.data)
             try:
                 ad.host_register(addr, len(sl.data))
-            except _cuda.CudaError:  # refused: pageable staging still works, only slower
+            except _device.CudaError:  # refused: pageable staging still works, only slower
                 addr = None
             self.pinned[key] = (ad, addr)
         return sl

@@ -22,9 +22,7 @@ Errors pass through the communicator's error handler before they are raised.
 
 from __future__ import annotations
 
-import os
 import struct
-import sys
 
 from . import _pickle
 from . import _protocol as P
@@ -96,9 +94,9 @@ def _device(m) -> bool:
 
 def _adapter_of(m):
     """The device adapter of a message's memory (``sim`` memory: the simulated device)."""
-    from . import _cuda
+    from . import _device
 
-    return _cuda.sim_adapter() if m.kind == _SIM else _cuda.adapter()
+    return _device.adapter_for(m.kind)
 
 
 # adapter -> free (interprocess event, its IPC handle) pairs.  Every IPC send in flight has an
@@ -133,7 +131,7 @@ def _order_event(ad, m, stream):
 def _device_send(eng, m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stream):
     """Post a large contiguous device send: by IPC handle when the device transports allow it and
     the memory can be exported, else through the staging pipeline (``Engine.isend_device``)."""
-    from . import _cuda
+    from . import _device
 
     ad = _adapter_of(m)
     ad.check_stream(stream)
@@ -142,7 +140,7 @@ def _device_send(eng, m, wpeer: int, me: int, tag: int, ctx: int, mode: int, cal
     if "cuda_ipc" in eng.dev_transports:
         try:
             handle, offset = ad.ipc_export(addr)
-        except _cuda.IpcUnsupported:  # pool or managed memory, another process's mapping
+        except _device.IpcUnsupported:  # pool or managed memory, another process's mapping
             handle = None
         if handle is not None:
             evh = bytes(64)
@@ -289,11 +287,10 @@ def _kernels_for(m):
     try:
         from .kernels import pack as K
 
-        if m.kind == _SIM and "numba.cuda" not in sys.modules:
-            from ._arrays import _cuda_driver
+        if m.kind == _SIM:
+            from . import _device
 
-            if _cuda_driver() is None:  # no GPU: numba.cuda can only be the simulator
-                os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+            _device.use_simulator()  # no GPU: numba.cuda can only be the simulator
         if K._is_sim() != (m.kind == _SIM):
             return None
         return K

@@ -18,7 +18,7 @@ LAYERS = {
     0: ["constants", "errors", "_config", "_version"],
     1: ["_matching", "_protocol", "group", "status", "info", "datatypes", "datatypes._core",
         "datatypes.predefined", "collectives", "ga._layout"],
-    2: ["_memfd", "_arrays", "_buffers", "_pickle", "_cuda", "datatypes.plan", "datatypes.numpy_dtype"],
+    2: ["_device", "_memfd", "_arrays", "_buffers", "_pickle", "datatypes.plan", "datatypes.numpy_dtype"],
     3: ["kernels"],
     4: ["ipc"],
     5: ["_progress", "_runtime", "request", "comm", "MPI", "op", "win", "collectives._execute"],
