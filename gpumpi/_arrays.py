@@ -11,10 +11,11 @@ Probing order, as mpi4py's ``PyMPI_GetBuffer``: an exact ``numpy.ndarray`` first
 (the hot path), then a converter chosen once per Python type:
 
 * ``numpy.ndarray`` subclasses: the NumPy converter;
-* types whose top-level module has a registered backend (:func:`register_backend`;
-  built in: ``cupy`` reads ``__cuda_array_interface__`` first; ``numba`` too, and
-  takes numba-cuda simulator arrays, which have no such interface, as simulated
-  device memory): the backend's converter, produced by a lazy loader on first
+* types whose top-level module selects a library in the array-library registry
+  (:mod:`gpumpi._backends`; built in: ``cupy`` reads ``__cuda_array_interface__``
+  first; ``numba`` too, and takes numba-cuda simulator arrays, which have no such
+  interface, as simulated device memory): the library's probing chain, or the
+  converter a loader registered with :func:`register_backend` returns on first
   use, so nothing here imports cupy or numba;
 * anything else (PyTorch and JAX tensors, CAI/DLPack wrappers): the buffer
   protocol, then DLPack (``__dlpack__`` + ``__dlpack_device__``), then the CUDA
@@ -76,7 +77,7 @@ import sys
 
 import numpy as np
 
-from . import _device
+from . import _backends, _device
 from ._device import DEVICE, HOST, SIM
 from .datatypes._core import Datatype
 from .datatypes.predefined import TypeDict, lookup_format
@@ -572,13 +573,14 @@ def _numba_first(obj, readonly: bool, call: str) -> BufferView:
     return _from_protocols(obj, readonly, call)
 
 
-# top-level module name -> loader returning a converter(obj, readonly, call) -> BufferView
-_LOADERS: dict = {
-    "cupy": lambda: _cai_first,
-    "numba": lambda: _numba_first,
-    "numba_cuda": lambda: _numba_first,
+# the probing chains a library's ``buffer`` names in the registry (gpumpi._backends)
+_CHAINS: dict = {
+    "ndarray": _from_ndarray,
+    "cai": _cai_first,
+    "numba": _numba_first,
+    "protocols": _from_protocols,
 }
-_CONVERTERS: dict = {}
+_CONVERTERS: dict = {}  # type -> converter(obj, readonly, call) -> BufferView
 
 
 def register_backend(module: str, loader) -> None:
@@ -587,16 +589,17 @@ def register_backend(module: str, loader) -> None:
     ``loader()`` is called once, the first time such an object is seen, and returns a
     converter ``(obj, readonly, call) -> BufferView``; it may import its library.
     """
-    _LOADERS[module] = loader
+    _backends.register_converter(module, loader)
     _CONVERTERS.clear()
 
 
 def _resolve(tp):
     if issubclass(tp, _ndarray):
-        conv = _from_ndarray
+        be = _backends.NUMPY
     else:
-        loader = _LOADERS.get((getattr(tp, "__module__", None) or "").partition(".")[0])
-        conv = loader() if loader is not None else _from_protocols
+        be = _backends.by_module((getattr(tp, "__module__", None) or "").partition(".")[0]) or _backends.GENERIC
+    how = be.buffer
+    conv = _CHAINS[how] if type(how) is str else how()
     _CONVERTERS[tp] = conv
     return conv
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpumpi import _arrays as A
-from gpumpi import _device
+from gpumpi import _backends, _device
 from gpumpi import datatypes as D
 from gpumpi._arrays import DEVICE, HOST, SIM, BufferView, NotABufferError, as_buffer, datatype_of, lookup_dtype
 
@@ -300,7 +300,7 @@ def test_device_mode_sim_and_driver_answer(monkeypatch):
 
 
 def test_registry_loads_backends_lazily(monkeypatch):
-    monkeypatch.setattr(A, "_LOADERS", dict(A._LOADERS))
+    monkeypatch.setattr(_backends, "_BY_MODULE", dict(_backends._BY_MODULE))
     monkeypatch.setattr(A, "_CONVERTERS", {})
     calls = []
 

@@ -99,7 +99,7 @@ def test_use_simulator_sets_the_switch_before_numba_cuda_only():
 def test_importing_the_device_package_stays_light():
     out = _fresh("""
         import sys
-        import gpumpi._device, gpumpi._memfd
+        import gpumpi._backends, gpumpi._device, gpumpi._memfd
         print(sorted({"numpy", "numba", "cupy"} & set(sys.modules)))
     """)
     assert out == "[]"
