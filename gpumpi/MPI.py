@@ -195,7 +195,7 @@ def _gpumpi_init(device="auto") -> None:
     ``"sim"``: always the simulated device (``GPUMPI_DEVICE=sim``).  ``"none"``: as ``"auto"``
     without binding.  An ``int``: bind that GPU.  Call before any communication.
     """
-    from . import _arrays, _cuda
+    from . import _device
 
     if isinstance(device, int) and not isinstance(device, bool):
         mode, ordinal = "auto", device
@@ -203,9 +203,9 @@ def _gpumpi_init(device="auto") -> None:
         mode, ordinal = device, None
     else:
         raise ValueError(f"gpumpi.init: device must be 'auto', 'sim', 'none' or a GPU ordinal (got {device!r})")
-    _arrays.set_device_mode(mode)
-    if mode != "sim" and _arrays._cuda_driver() is not None:
-        ad = _cuda.adapter()
+    _device.set_device_mode(mode)
+    if mode != "sim" and _device.cuda_driver() is not None:
+        ad = _device.adapter()
         n = ad.device_count()
         if ordinal is not None:
             if not 0 <= ordinal < n:

@@ -11,10 +11,11 @@ Probing order, as mpi4py's ``PyMPI_GetBuffer``: an exact ``numpy.ndarray`` first
 (the hot path), then a converter chosen once per Python type:
 
 * ``numpy.ndarray`` subclasses: the NumPy converter;
-* types whose top-level module has a registered backend (:func:`register_backend`;
-  built in: ``cupy`` reads ``__cuda_array_interface__`` first; ``numba`` too, and
-  takes numba-cuda simulator arrays, which have no such interface, as simulated
-  device memory): the backend's converter, produced by a lazy loader on first
+* types whose top-level module selects a library in the array-library registry
+  (:mod:`gpumpi._backends`; built in: ``cupy`` reads ``__cuda_array_interface__``
+  first; ``numba`` too, and takes numba-cuda simulator arrays, which have no such
+  interface, as simulated device memory): the library's probing chain, or the
+  converter a loader registered with :func:`register_backend` returns on first
   use, so nothing here imports cupy or numba;
 * anything else (PyTorch and JAX tensors, CAI/DLPack wrappers): the buffer
   protocol, then DLPack (``__dlpack__`` + ``__dlpack_device__``), then the CUDA
@@ -34,12 +35,12 @@ Memory kinds: ``'host'`` (addressable by the CPU: NumPy, the buffer protocol,
 DLPack CPU/CUDA-host, CAI pointers the CUDA driver calls host memory, pageable
 or pinned), ``'device'`` (CUDA device or managed memory, per the driver, with the
 pointer's own device ordinal) and ``'sim'`` (CAI/DLPack-CUDA pointers when no
-CUDA driver is present or under :func:`set_device_mode` ``("sim")``, numba-cuda
+CUDA driver is present or under :func:`gpumpi._device.set_device_mode` ``("sim")``, numba-cuda
 simulator arrays, and types with a true ``__gpumpi_sim__`` attribute: simulated
 device memory, addressable from the host).  The kind comes from the device
-adapter's pointer classification (:func:`gpumpi._cuda.driver_pointer_info`,
+adapter's pointer classification (:func:`gpumpi._device.cuda.driver_pointer_info`,
 shared with ``CupyAdapter.pointer_info``: the one place that knows CUDA's
-pointer constants), through :func:`cuda_pointer_attributes`; the device of sim
+pointer constants), through :func:`gpumpi._device.cuda_pointer_attributes`; the device of sim
 memory is that of the simulated allocation holding it
 (``SimAdapter.pointer_info``), else the DLPack device, else 0.  A pointer on
 another device than the current one is accepted, as CUDA-aware MPI libraries
@@ -76,6 +77,8 @@ import sys
 
 import numpy as np
 
+from . import _backends, _device
+from ._device import DEVICE, HOST, SIM
 from .datatypes._core import Datatype
 from .datatypes.predefined import TypeDict, lookup_format
 
@@ -85,17 +88,12 @@ __all__ = [
     "NotABufferError",
     "as_buffer",
     "register_backend",
-    "set_device_mode",
-    "cuda_pointer_attributes",
     "datatype_of",
     "lookup_dtype",
     "HOST",
     "SIM",
     "DEVICE",
 ]
-
-HOST, SIM, DEVICE = "host", "sim", "device"
-
 
 def _p(call: str) -> str:
     return f"{call}: " if call else ""
@@ -575,13 +573,14 @@ def _numba_first(obj, readonly: bool, call: str) -> BufferView:
     return _from_protocols(obj, readonly, call)
 
 
-# top-level module name -> loader returning a converter(obj, readonly, call) -> BufferView
-_LOADERS: dict = {
-    "cupy": lambda: _cai_first,
-    "numba": lambda: _numba_first,
-    "numba_cuda": lambda: _numba_first,
+# the probing chains a library's ``buffer`` names in the registry (gpumpi._backends)
+_CHAINS: dict = {
+    "ndarray": _from_ndarray,
+    "cai": _cai_first,
+    "numba": _numba_first,
+    "protocols": _from_protocols,
 }
-_CONVERTERS: dict = {}
+_CONVERTERS: dict = {}  # type -> converter(obj, readonly, call) -> BufferView
 
 
 def register_backend(module: str, loader) -> None:
@@ -590,16 +589,17 @@ def register_backend(module: str, loader) -> None:
     ``loader()`` is called once, the first time such an object is seen, and returns a
     converter ``(obj, readonly, call) -> BufferView``; it may import its library.
     """
-    _LOADERS[module] = loader
+    _backends.register_converter(module, loader)
     _CONVERTERS.clear()
 
 
 def _resolve(tp):
     if issubclass(tp, _ndarray):
-        conv = _from_ndarray
+        be = _backends.NUMPY
     else:
-        loader = _LOADERS.get((getattr(tp, "__module__", None) or "").partition(".")[0])
-        conv = loader() if loader is not None else _from_protocols
+        be = _backends.by_module((getattr(tp, "__module__", None) or "").partition(".")[0]) or _backends.GENERIC
+    how = be.buffer
+    conv = _CHAINS[how] if type(how) is str else how()
     _CONVERTERS[tp] = conv
     return conv
 
@@ -640,73 +640,6 @@ def as_buffer(obj, readonly: bool, call: str = "", strided: bool = False) -> Buf
 
 # -- memory kind of device pointers --------------------------------------------------------
 
-_CUDA_SUCCESS = 0
-_driver: list = []  # [] untried, [None] absent, [lib] loaded
-_device_mode = ["auto"]
-_cuda_mod = None  # gpumpi._cuda, imported on first use (it imports this module)
-
-
-def _load_cuda():
-    global _cuda_mod
-    from . import _cuda
-
-    _cuda_mod = _cuda
-    return _cuda
-
-
-def _cuda_driver():
-    """libcuda (ctypes), initialised; None without a driver or without a GPU."""
-    if not _driver:
-        lib = None
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-            lib.cuInit.argtypes = [ctypes.c_uint]
-            lib.cuInit.restype = ctypes.c_int
-            f = lib.cuPointerGetAttributes
-            f.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p),
-                          ctypes.c_uint64]
-            f.restype = ctypes.c_int
-            lib.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
-            lib.cuDevicePrimaryCtxRetain.restype = ctypes.c_int
-            lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
-            lib.cuCtxSetCurrent.restype = ctypes.c_int
-            if lib.cuInit(0) != _CUDA_SUCCESS:  # e.g. CUDA_ERROR_NO_DEVICE: a driver without GPUs
-                lib = None
-        except (OSError, AttributeError):
-            lib = None
-        _driver.append(lib)
-    return _driver[0]
-
-
-def cuda_pointer_attributes(addr: int) -> tuple[str, int | None] | None:
-    """Ask the CUDA driver what ``addr`` is: ``('host', None)`` or ``('device', ordinal)``.
-
-    Returns None when no CUDA driver (or no GPU) is present.  The driver's answer is
-    :func:`gpumpi._cuda.driver_pointer_info`'s (``CupyAdapter.pointer_info`` gives the
-    same): pointers CUDA does not know (pageable host memory) and pinned host
-    memory are host memory; device, managed and pool memory are device memory, on
-    the pointer's own device.  ``BufferError`` when the driver call fails.
-    """
-    lib = _cuda_driver()
-    if lib is None:
-        return None
-    cuda = _cuda_mod or _load_cuda()
-    try:
-        info = cuda.driver_pointer_info(lib, addr)
-    except cuda.CudaError as exc:
-        raise BufferError(str(exc)) from None
-    if info.kind == HOST:
-        return (HOST, None)
-    return (DEVICE, info.device)
-
-
-def set_device_mode(mode: str) -> None:
-    """How device-interface pointers are classified: ``'auto'`` (ask the CUDA driver; the
-    default; ``'none'`` behaves the same here) or ``'sim'`` (always simulated device memory)."""
-    if mode not in ("auto", "sim", "none"):
-        raise ValueError(f"set_device_mode: unknown mode {mode!r} (expected 'auto', 'sim' or 'none')")
-    _device_mode[0] = mode
-
 
 def _device_pointer_kind(addr: int, device: int | None) -> tuple[str, int | None]:
     """``(kind, device)`` of a device-interface pointer: the driver's answer, else simulated
@@ -725,14 +658,14 @@ def _classify(addr: int, lo: int, hi: int, device: int | None, host: bool, sim: 
     """
     if host:
         kind = HOST
-    elif sim or _device_mode[0] == "sim" or (attrs := cuda_pointer_attributes(addr)) is None:
+    elif sim or _device.device_mode() == "sim" or (attrs := _device.cuda_pointer_attributes(addr)) is None:
         kind = SIM
     elif attrs[0] == DEVICE:
         return attrs
     else:
         kind = HOST
     if hi > lo or (kind == SIM and addr):
-        info = (_cuda_mod or _load_cuda()).sim_adapter().pointer_info(lo)
+        info = _device.sim_adapter().pointer_info(lo)
         if info.base is None:
             if hi > lo:
                 _check_mapped(lo, hi, call, what)

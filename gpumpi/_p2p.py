@@ -26,9 +26,7 @@ it completes.  ``GPUMPI_STREAM_MODE=none`` leaves ordering to the user.
 
 from __future__ import annotations
 
-import os
-import sys
-
+from . import _device
 from . import _pool
 from . import _protocol as _P
 from . import _runtime as _rt
@@ -62,9 +60,7 @@ def _on_device(m) -> bool:
 
 def _adapter_of(m):
     """The device adapter of a message's memory (``sim`` memory: the simulated device)."""
-    from . import _cuda
-
-    return _cuda.sim_adapter() if m.kind == _SIM else _cuda.adapter()
+    return _device.adapter_for(m.kind)
 
 
 def _producer_stream(ad, m, stream):
@@ -156,11 +152,8 @@ def _kernels_for(m):
     try:
         from .kernels import pack as K
 
-        if m.kind == _SIM and "numba.cuda" not in sys.modules:
-            from ._arrays import _cuda_driver
-
-            if _cuda_driver() is None:  # no GPU: numba.cuda can only be the simulator
-                os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+        if m.kind == _SIM:
+            _device.use_simulator()
         if K._is_sim() != (m.kind == _SIM):
             return None
         return K

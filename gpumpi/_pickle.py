@@ -17,9 +17,10 @@ of that allocation.  One copy end to end.
 Device arrays
 -------------
 CuPy arrays, Numba device arrays and simulated device arrays (types with a true
-``__gpumpi_sim__``) are recognised by type: a registry keyed by the top-level
-module of the type (``_BY_MODULE``) names a backend that knows how to copy, allocate
-and convert such arrays, importing its library only when called.  Two ways out:
+``__gpumpi_sim__``) are recognised by type: the array-library registry
+(:mod:`gpumpi._backends`, keyed by the top-level module of the type) names a
+backend that knows how to copy, allocate and convert such arrays, importing its
+library only when called.  Two ways out:
 
 * ``dumps_parts(obj)`` (point-to-point): each device array becomes a placeholder in
   the stream and is handed back, contiguous, to the caller, which sends it as a
@@ -51,6 +52,7 @@ import pickle
 import struct
 import sys
 
+from . import _backends
 from .constants import TAG_UB_VALUE
 
 MAGIC = 0x35504D47  # "GMP5"
@@ -253,100 +255,14 @@ def _from_host(kind: str, cls, host):
     return _BACKENDS[kind].from_host(cls, host)
 
 
-# --- device array backends ------------------------------------------------------------------
+# --- device array backends (gpumpi._backends) -------------------------------------------------
 
-
-def _as_strided(a):
-    """A part sent as it is: a strided device view is a derived-datatype message whose
-    elements the device pack kernels gather in C order; the receiver's array is C-contiguous."""
-    return a, "C"
-
-
-def _sim_empty(cls, shape, dtype, order):
-    return cls.empty(shape, dtype)
-
-
-def _cupy_is_device(tp) -> bool:
-    import cupy
-
-    return issubclass(tp, cupy.ndarray)
-
-
-def _cupy_contiguous(a):
-    import cupy
-
-    if a.flags.c_contiguous:
-        return a, "C"
-    if a.flags.f_contiguous:
-        return a, "F"
-    return cupy.ascontiguousarray(a), "C"  # a copy kernel on the array's device
-
-
-def _cupy_empty(cls, shape, dtype, order):
-    import cupy
-
-    return cupy.empty(shape, dtype, order=order)
-
-
-def _cupy_from_host(cls, host):
-    import cupy
-
-    return cupy.asarray(host)
-
-
-def _numba_is_device(tp) -> bool:
-    # real device arrays export the CUDA array interface; the simulator's wrappers do not
-    return hasattr(tp, "__cuda_array_interface__") and hasattr(tp, "copy_to_host")
-
-
-def _numba_contiguous(a):
-    if not a.is_c_contiguous() and a.is_f_contiguous():
-        return a, "F"
-    return _as_strided(a)
-
-
-def _numba_empty(cls, shape, dtype, order):
-    from numba import cuda
-
-    return cuda.device_array(shape, dtype, order=order)
-
-
-def _numba_from_host(cls, host):
-    from numba import cuda
-
-    return cuda.to_device(host)
-
-
-class _Backend:
-    __slots__ = ("is_device", "contiguous", "empty", "to_host", "from_host")
-
-    def __init__(self, is_device, contiguous, empty, to_host, from_host) -> None:
-        self.is_device = is_device
-        self.contiguous = contiguous  # a -> (contiguous array, "C" or "F")
-        self.empty = empty  # (cls, shape, dtype, order) -> array
-        self.to_host = to_host  # a -> numpy.ndarray
-        self.from_host = from_host  # (cls, numpy.ndarray) -> array
-
-
-_BACKENDS: dict = {
-    "sim": _Backend(lambda tp: True, _as_strided, _sim_empty, lambda a: a.get(),
-                    lambda cls, h: cls.from_numpy(h)),
-    "cupy": _Backend(_cupy_is_device, _cupy_contiguous, _cupy_empty, lambda a: a.get(), _cupy_from_host),
-    "numba": _Backend(_numba_is_device, _numba_contiguous, _numba_empty, lambda a: a.copy_to_host(),
-                      _numba_from_host),
-}
-#: top-level module of a type -> the backend that may own it
-_BY_MODULE = {"cupy": "cupy", "numba": "numba", "numba_cuda": "numba"}
+_BACKENDS = _backends.BACKENDS  # name -> Backend: what object messages do with its device arrays
 _KINDS: dict = {}  # type -> backend name, or None: not a device array
 
 
 def _classify(tp) -> str | None:
-    if getattr(tp, "__gpumpi_sim__", False):
-        kind = "sim"
-    else:
-        kind = _BY_MODULE.get((getattr(tp, "__module__", None) or "").partition(".")[0])
-        if kind is not None and not _BACKENDS[kind].is_device(tp):
-            kind = None
+    kind = _backends.device_kind(tp)
     if len(_KINDS) >= 4096:  # classes made on the fly must not pile up here
         _KINDS.clear()
     _KINDS[tp] = kind
@@ -354,7 +270,7 @@ def _classify(tp) -> str | None:
 
 
 _seen_device = False  # once a device array can exist, the answer stays yes
-_sims = None  # the set behind gpumpi._cuda._ALL_SIMS (every simulated device made here), once loaded
+_sims = None  # the set behind gpumpi._device.sim._ALL_SIMS (every simulated device made here), once loaded
 
 
 def _device_possible() -> bool:
@@ -363,9 +279,9 @@ def _device_possible() -> bool:
     global _seen_device, _sims
     sims = _sims
     if sims is None:
-        cuda = sys.modules.get("gpumpi._cuda")
-        if cuda is not None:
-            sims = _sims = getattr(getattr(cuda, "_ALL_SIMS", None), "data", True)  # unknown: assume one
+        sim = sys.modules.get("gpumpi._device.sim")
+        if sim is not None:
+            sims = _sims = getattr(getattr(sim, "_ALL_SIMS", None), "data", True)  # unknown: assume one
     mods = sys.modules
     if sims or "cupy" in mods or "numba.cuda" in mods:
         _seen_device = True

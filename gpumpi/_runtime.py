@@ -60,7 +60,7 @@ def init(required: int = THREAD_MULTIPLE) -> None:
         world = attach(cfg)
         if cfg.launched:
             _install_rank_hooks(cfg.rank, cfg.faulthandler)
-        from ._arrays import set_device_mode
+        from ._device import set_device_mode
 
         set_device_mode(cfg.device)
         SEG = world.seg
@@ -192,16 +192,14 @@ def query_gpu_support() -> dict:
     """
     import importlib.util
 
-    from . import _arrays
+    from . import _device
     from .ipc import cma
 
-    driver = _arrays._cuda_driver() is not None and _arrays._device_mode[0] != "sim"
+    driver = _device.cuda_driver() is not None and _device.device_mode() != "sim"
     has_cupy = importlib.util.find_spec("cupy") is not None
     gpus = 0
     if driver and has_cupy:
-        from . import _cuda
-
-        gpus = _cuda.adapter().device_count()
+        gpus = _device.adapter().device_count()
     real = driver and has_cupy and gpus > 0
     cfg = _config.get()
     chosen = _config.parse_transports(cfg.transports)  # GPUMPI_TRANSPORTS

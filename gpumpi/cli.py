@@ -277,9 +277,9 @@ def _transports_env(impl: str) -> str | None:
 
 
 def _device_of(buffer: str) -> int:
-    from gpumpi import _cuda
+    from gpumpi import _device
 
-    return (_cuda.sim_adapter() if buffer == "sim" else _cuda.adapter()).current_device()
+    return (_device.sim_adapter() if buffer == "sim" else _device.adapter()).current_device()
 
 
 def _document(meta: dict, rows: list[dict]) -> dict:

@@ -32,7 +32,7 @@ rank: its status and either its traceback or its stack at teardown.  If ranks
 call ``pytest.skip`` and none fails, the test is skipped.
 
 :class:`SimDeviceArray` is a minimal device array on the simulated device
-(:func:`gpumpi._cuda.sim_adapter`): gpumpi treats it as device memory, so the
+(:func:`gpumpi._device.sim_adapter`): gpumpi treats it as device memory, so the
 device paths run without a GPU.
 """
 
@@ -328,7 +328,7 @@ _BASIC_INDEX = (int, slice, type(Ellipsis), type(None))
 class SimDeviceArray:
     """A NumPy-backed array in simulated device memory (what ``cupy.ndarray`` is on a GPU).
 
-    Allocated with ``gpumpi._cuda.sim_adapter().alloc``; gpumpi classifies it as
+    Allocated with ``gpumpi._device.sim_adapter().alloc``; gpumpi classifies it as
     simulated device memory (``__gpumpi_sim__``), reading its
     ``__cuda_array_interface__`` (version 3, ``stream`` None).  Host code must go
     through :meth:`get` / :meth:`set`, which synchronize the simulated device
@@ -342,7 +342,7 @@ class SimDeviceArray:
     def __init__(self, shape, dtype=float) -> None:
         import numpy as np
 
-        from ._cuda import sim_adapter
+        from ._device import sim_adapter
 
         dtype = np.dtype(dtype)
         shape = (int(shape),) if isinstance(shape, int) or hasattr(shape, "__index__") else tuple(map(int, shape))
@@ -414,7 +414,7 @@ class SimDeviceArray:
 
     def get(self):
         """A NumPy copy, after running every queued operation of the simulated device."""
-        from ._cuda import sim_adapter
+        from ._device import sim_adapter
 
         sim_adapter().synchronize()
         return self._arr.copy(order="K")
@@ -423,7 +423,7 @@ class SimDeviceArray:
         """Copy a NumPy array (same shape) in, after running every queued operation."""
         import numpy as np
 
-        from ._cuda import sim_adapter
+        from ._device import sim_adapter
 
         a = np.asarray(a)
         if a.shape != self._arr.shape:

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpumpi import _arrays as A
+from gpumpi import _backends, _device
 from gpumpi import datatypes as D
 from gpumpi._arrays import DEVICE, HOST, SIM, BufferView, NotABufferError, as_buffer, datatype_of, lookup_dtype
 
@@ -68,7 +69,7 @@ class CPUDLPack:
 
 
 def _no_driver():
-    return A.cuda_pointer_attributes(0) is None
+    return _device.cuda_pointer_attributes(0) is None
 
 
 needs_no_driver = pytest.mark.skipif(not _no_driver(), reason="a CUDA driver is present: CAI memory is real")
@@ -281,25 +282,25 @@ def test_dlpack_unsupported_device():
 
 def test_device_mode_sim_and_driver_answer(monkeypatch):
     a = np.arange(3.0)
-    monkeypatch.setattr(A, "_driver", [None])  # no driver
+    monkeypatch.setattr(_device.cuda, "_driver", [None])  # no driver
     assert as_buffer(FakeCAI(a), True, "x").kind == SIM
     fake = {"answer": (DEVICE, 3)}
-    monkeypatch.setattr(A, "cuda_pointer_attributes", lambda addr: fake["answer"])
+    monkeypatch.setattr(_device, "cuda_pointer_attributes", lambda addr: fake["answer"])
     v = as_buffer(FakeCAI(a), True, "x")
     assert (v.kind, v.device, v.mem) == (DEVICE, 3, None)
     fake["answer"] = (HOST, None)
     assert as_buffer(FakeCAI(a), True, "x").kind == HOST  # host memory behind CAI is host memory
     try:
-        A.set_device_mode("sim")
+        _device.set_device_mode("sim")
         assert as_buffer(FakeCAI(a), True, "x").kind == SIM
     finally:
-        A.set_device_mode("auto")
+        _device.set_device_mode("auto")
     with pytest.raises(ValueError, match="set_device_mode: unknown mode"):
-        A.set_device_mode("gpu")
+        _device.set_device_mode("gpu")
 
 
 def test_registry_loads_backends_lazily(monkeypatch):
-    monkeypatch.setattr(A, "_LOADERS", dict(A._LOADERS))
+    monkeypatch.setattr(_backends, "_BY_MODULE", dict(_backends._BY_MODULE))
     monkeypatch.setattr(A, "_CONVERTERS", {})
     calls = []
 
@@ -316,7 +317,7 @@ def test_registry_loads_backends_lazily(monkeypatch):
 
 
 def test_declared_simulated_arrays_are_sim_even_with_a_driver(monkeypatch):
-    monkeypatch.setattr(A, "cuda_pointer_attributes", lambda addr: (HOST, None))
+    monkeypatch.setattr(_device, "cuda_pointer_attributes", lambda addr: (HOST, None))
     SimArray = type("SimArray", (FakeCAI,), {"__gpumpi_sim__": True})
     assert as_buffer(SimArray(np.arange(3.0)), True, "x").kind == SIM
     assert as_buffer(FakeCAI(np.arange(3.0)), True, "x").kind == HOST

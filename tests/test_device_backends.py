@@ -243,41 +243,41 @@ def test_numba_simulator_arrays_are_sim(tmp_path):
 
 @needs_no_driver
 def test_one_classification_for_adapter_and_buffers(monkeypatch):
-    from gpumpi import _cuda
+    from gpumpi import _device
 
     d = SimDeviceArray.zeros(8)
     host = np.zeros(8)
-    ad = _cuda.sim_adapter()
+    ad = _device.sim_adapter()
     managed = ad.alloc_managed(64)
     try:
-        assert _cuda.adapter() is ad  # no driver: the active adapter is the simulated one
+        assert _device.adapter() is ad  # no driver: the active adapter is the simulated one
         for ptr in (d.ptr, host.ctypes.data, managed):
             assert A._device_pointer_kind(ptr, None) == (SIM, 0)
             assert as_buffer(CAI(ptr, (8,)), True).kind == SIM
         # with a driver, the kind is the driver's, through the same helper as CupyAdapter.pointer_info
-        infos = {d.ptr: _cuda.PointerInfo("device", 1, d.ptr, 64, True),
-                 managed: _cuda.PointerInfo("managed", 0, managed, 64),
-                 host.ctypes.data: _cuda.PointerInfo("host", None, None, None)}
-        monkeypatch.setattr(A, "_driver", [object()])
-        monkeypatch.setattr(_cuda, "driver_pointer_info", lambda lib, addr, activate=None: infos[addr])
-        assert A.cuda_pointer_attributes(d.ptr) == ("device", 1)
-        assert A.cuda_pointer_attributes(managed) == ("device", 0)
-        assert A.cuda_pointer_attributes(host.ctypes.data) == ("host", None)
+        infos = {d.ptr: _device.PointerInfo("device", 1, d.ptr, 64, True),
+                 managed: _device.PointerInfo("managed", 0, managed, 64),
+                 host.ctypes.data: _device.PointerInfo("host", None, None, None)}
+        monkeypatch.setattr(_device.cuda, "_driver", [object()])
+        monkeypatch.setattr(_device.cuda, "driver_pointer_info", lambda lib, addr, activate=None: infos[addr])
+        assert _device.cuda_pointer_attributes(d.ptr) == ("device", 1)
+        assert _device.cuda_pointer_attributes(managed) == ("device", 0)
+        assert _device.cuda_pointer_attributes(host.ctypes.data) == ("host", None)
         v = as_buffer(CAI(d.ptr, (8,)), True)
         assert (v.kind, v.device, v.mem) == ("device", 1, None)
         assert as_buffer(CAI(host.ctypes.data, (8,)), True).kind == "host"
         assert as_buffer(d, True).kind == SIM  # declared simulated memory never asks the driver
-        A.set_device_mode("sim")
+        _device.set_device_mode("sim")
         try:
             assert as_buffer(CAI(d.ptr, (8,)), True).kind == SIM
         finally:
-            A.set_device_mode("auto")
+            _device.set_device_mode("auto")
     finally:
         ad.free(managed)
 
 
 def test_bad_pointers_are_buffer_errors():
-    from gpumpi._cuda import sim_adapter
+    from gpumpi._device import sim_adapter
 
     ad = sim_adapter()
     p = ad.alloc(512)
@@ -355,9 +355,9 @@ def test_strided_device_views_between_ranks(n):
 
 def _numba_and_dlpack():
     if "numba.cuda" not in sys.modules:
-        from gpumpi._arrays import _cuda_driver
+        from gpumpi._device import cuda_driver
 
-        if _cuda_driver() is None:
+        if cuda_driver() is None:
             os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     from numba import cuda
     from numba.cuda.core import config
@@ -417,7 +417,7 @@ def test_numba_and_dlpack_arrays_between_ranks(n):
 
 def _freed_pointer():
     from gpumpi import MPI
-    from gpumpi._cuda import sim_adapter
+    from gpumpi._device import sim_adapter
 
     c = MPI.COMM_WORLD
     nxt, prv = _peers(c)
@@ -447,9 +447,9 @@ def test_freed_device_memory_is_a_buffer_error(n):
 
 
 def _other_device():
-    from gpumpi import _cuda
+    from gpumpi import _device
 
-    _cuda._INSTANCES["sim"] = ad = _cuda.SimAdapter(ndevices=2)  # this rank's device: two GPUs
+    _device._INSTANCES["sim"] = ad = _device.SimAdapter(ndevices=2)  # this rank's device: two GPUs
     from gpumpi import MPI
 
     c = MPI.COMM_WORLD

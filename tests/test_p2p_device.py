@@ -58,7 +58,7 @@ def test_every_memory_pair(transport, n):
 
 def _ordering_and_visibility():
     from gpumpi import MPI
-    from gpumpi._cuda import sim_adapter
+    from gpumpi._device import sim_adapter
     from gpumpi.testing import SimDeviceArray
 
     c = MPI.COMM_WORLD
@@ -89,7 +89,7 @@ def test_send_is_ordered_after_queued_work_and_receive_is_visible(transport, n):
 
 def _streams(mode):
     from gpumpi import MPI
-    from gpumpi._cuda import sim_adapter
+    from gpumpi._device import sim_adapter
     from gpumpi.testing import SimDeviceArray
 
     c = MPI.COMM_WORLD
@@ -182,7 +182,7 @@ class _PoolArray:
     __gpumpi_sim__ = True
 
     def __init__(self, n, memory):
-        from gpumpi._cuda import sim_adapter
+        from gpumpi._device import sim_adapter
 
         self.ad = sim_adapter()
         self.n = n
@@ -276,7 +276,7 @@ def test_persistent_probe_datatypes_bcast_on_device(n):
 
 def _bcast_stays_on_device():
     from gpumpi import MPI
-    from gpumpi._cuda import sim_adapter
+    from gpumpi._device import sim_adapter
     from gpumpi.testing import SimDeviceArray
 
     ad = sim_adapter()
@@ -365,7 +365,7 @@ def test_non_contiguous_device_data_packs_with_device_kernels(transport, n):
 def _ipc_event_per_send():
     from gpumpi import MPI
     from gpumpi import _runtime as rt
-    from gpumpi._cuda import sim_adapter
+    from gpumpi._device import sim_adapter
     from gpumpi.testing import SimDeviceArray
 
     c = MPI.COMM_WORLD

@@ -33,7 +33,7 @@ def _matrix(transport, backend="sim"):
     import gpumpi
     from gpumpi import MPI
     from gpumpi import _runtime as rt
-    from gpumpi._cuda import sim_adapter
+    from gpumpi._device import sim_adapter
 
     if backend == "cupy":
         import cupy

@@ -190,7 +190,7 @@ def test_fatal_error_handler_aborts_the_job(tmp_path, handler):
 
 def _init_and_query():
     import gpumpi
-    from gpumpi import _arrays
+    from gpumpi import _device
 
     q = gpumpi.query_gpu_support()
     assert q["cuda"] is False and q["gpus"] == 0 and q["adapter"] == "sim"  # no driver on CI machines
@@ -204,7 +204,7 @@ def _init_and_query():
         else:
             raise AssertionError(f"gpumpi.init({bad!r}) accepted")
     gpumpi.init("sim")
-    assert _arrays._device_mode[0] == "sim"
+    assert _device.device_mode() == "sim"
     from gpumpi import MPI
 
     return MPI.COMM_WORLD.Get_size()
@@ -217,6 +217,6 @@ def test_init_and_query_gpu_support():
 
 
 def _has_gpu() -> bool:
-    from gpumpi import _arrays
+    from gpumpi import _device
 
-    return _arrays._cuda_driver() is not None
+    return _device.cuda_driver() is not None

@@ -182,12 +182,12 @@ def cupy_status() -> tuple[bool, str]:
 
     if importlib.util.find_spec("cupy") is None:
         return False, "cupy is not installed: pip install gpumpi[cuda]"
-    from .. import _arrays
+    from .. import _device
 
-    if _arrays._cuda_driver() is None:
+    if _device.cuda_driver() is None:
         return False, "no usable CUDA driver: libcuda.so.1 missing or cuInit failed"
     try:
-        from .._cuda import cupy_adapter
+        from .._device import cupy_adapter
 
         n = cupy_adapter().device_count()
     except Exception as e:  # an ImportError or CUDA error: report it, do not crash the validation
@@ -248,9 +248,9 @@ def device_count(buffer: str) -> int:
     if buffer not in DEVICE_BUFFER_KINDS:
         raise BenchError(f"device_count: not a device buffer kind (--buffer {buffer})")
     check_device_buffers(buffer)
-    from .. import _cuda
+    from .. import _device
 
-    return (_cuda.sim_adapter() if buffer == "sim" else _cuda.cupy_adapter()).device_count()
+    return (_device.sim_adapter() if buffer == "sim" else _device.cupy_adapter()).device_count()
 
 
 # ---------------------------------------------------------------- buffers
@@ -284,7 +284,7 @@ class _DeviceMemory:
     __slots__ = ("_cupy", "_raw", "adapter", "kind", "own", "stream")
 
     def __init__(self, kind: str, own: bool = False):
-        from .. import _cuda
+        from .. import _device
 
         self.kind = kind
         self.own = own
@@ -292,13 +292,13 @@ class _DeviceMemory:
         self.stream = None
         if kind == "sim":
             self._cupy = None
-            self.adapter = _cuda.sim_adapter()
+            self.adapter = _device.sim_adapter()
         elif kind == "cupy":
             check_device_buffers(kind)
             import cupy
 
             self._cupy = cupy
-            self.adapter = _cuda.cupy_adapter()
+            self.adapter = _device.cupy_adapter()
         else:
             raise BenchError(f"not a device buffer kind (--buffer {kind})")
 

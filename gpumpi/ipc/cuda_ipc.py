@@ -34,9 +34,9 @@ CACHE = 64  # opened IPC handles (and events) kept per process; the oldest is cl
 
 
 def _device():
-    from .. import _cuda
+    from .. import _device
 
-    return _cuda
+    return _device
 
 
 def _opened(cache: OrderedDict, key, ad, open_: str, handle, close: str):

@@ -2,10 +2,10 @@
 
 Theory of operation
 ===================
-The launcher creates the segment with ``memfd_create`` (an anonymous shared file:
-it has no name in ``/dev/shm``, so nothing can be left behind whatever dies) and
-ranks inherit its descriptor (``GPUMPI_JOB_FD``).  A forked test rank inherits it
-the same way.
+The launcher creates the segment with ``memfd_create`` (:mod:`gpumpi._memfd`: an
+anonymous shared file, with no name in ``/dev/shm``, so nothing can be left behind
+whatever dies) and ranks inherit its descriptor (``GPUMPI_JOB_FD``).  A forked test
+rank inherits it the same way.
 
 Layout (little-endian, all words 8 bytes)::
 
@@ -32,6 +32,7 @@ import mmap
 import os
 import struct
 
+from .. import _memfd
 from .slab import check_geometry, slab_size
 
 MAGIC = b"GPUMPIJ2"
@@ -93,9 +94,10 @@ class JobSegment:
             raise ValueError(f"gpumpi: job needs at least one rank ({nranks})")
         check_geometry(stage_slots, stage_slot)
         ring_size = _align(ring_size, PAGE) if ring_size > 0 else auto_ring_size(nranks)
-        fd = os.memfd_create("gpumpi-job", 0)  # not CLOEXEC: ranks inherit it
+        # inheritable (ranks inherit it) and unsealed
+        fd = _memfd.create("gpumpi-job", segment_size(nranks, ring_size, stage_slot, stage_slots), cloexec=False,
+                           seal=False)
         try:
-            os.ftruncate(fd, segment_size(nranks, ring_size, stage_slot, stage_slots))
             with mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
                 m[:8] = MAGIC
                 struct.pack_into("<QQ", m, 8, nranks, ring_size)

@@ -58,12 +58,12 @@ class Staging(Region):
         sl = self.slab(rank)
         key = (ad.name, rank)
         if key not in self.pinned:
-            from .. import _cuda
+            from .. import _device
 
             addr = address_of(sl.data)
             try:
                 ad.host_register(addr, len(sl.data))
-            except _cuda.CudaError:  # refused: pageable staging still works, only slower
+            except _device.CudaError:  # refused: pageable staging still works, only slower
                 addr = None
             self.pinned[key] = (ad, addr)
         return sl

@@ -83,7 +83,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .._arrays import _WRITEABLE, DEVICE, _nd_addr_flags, cuda_pointer_attributes
+from .._arrays import _WRITEABLE, DEVICE, _nd_addr_flags
+from .._device import cuda_pointer_attributes
 from ..datatypes import plan as _plan
 
 __all__ = ["host_pack", "host_unpack", "device_pack", "device_unpack", "compile_host", "use_kernel",

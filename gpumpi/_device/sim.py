@@ -1,56 +1,14 @@
-"""The device adapter: the one module that calls CUDA, and its simulated twin (L2).
+"""The simulated device: SimAdapter, a faithful model of CUDA on the host (L2).
 
 Theory of operation
 ===================
-Everything gpumpi does with device memory, streams and events goes through an
-*adapter*.  Two classes share one interface (addresses and sizes are Python
-ints; streams and events are adapter objects):
+:class:`SimAdapter` implements the adapter interface (:mod:`gpumpi._device`) in
+host memory, so that CI tests every device path (IPC protocol and caching,
+staging, stream ordering) without a GPU, and users test GPU code the same way
+(``GPUMPI_DEVICE=sim``).  It holds itself to CUDA's rules, including the ones a
+careless caller would break unnoticed on a quiet GPU.
 
-* :class:`CupyAdapter`: the real thing, through ``cupy.cuda.runtime`` (imported
-  lazily) and, for pointer attributes, ``cuPointerGetAttributes`` in
-  ``libcuda`` through ctypes;
-* :class:`SimAdapter`: a faithful model on the host, which CI uses to test
-  every device path (IPC protocol and caching, staging, stream ordering).
-
-:func:`adapter` returns the process's active adapter: the simulated one when
-the device mode is ``'sim'`` (:func:`gpumpi._arrays.set_device_mode`,
-``GPUMPI_DEVICE=sim``) or when no usable CUDA driver is present, else the CuPy
-one.  :func:`sim_adapter` always returns the process's simulated adapter
-(:class:`gpumpi.testing.SimDeviceArray` allocates from it).
-
-Interface (both classes; ``s``: a stream or None for :meth:`current_stream`)::
-
-    name                                    "sim" | "cupy"
-    device_count() current_device() set_device(i)
-    alloc(n) -> addr        free(addr)      device memory (free takes any device kind)
-    alloc_managed(n)        alloc_pool(n, stream=None)   memory CUDA IPC cannot export
-    alloc_host(n) -> addr   free_host(addr) page-locked host memory
-    host_register(addr, n)  host_unregister(addr)  page-lock existing host memory (staging slabs)
-    pointer_info(addr) -> PointerInfo(kind, device, base, size, ipc_capable)
-    ipc_export(addr) -> (handle: 64 bytes, offset)   ipc_open(handle) -> base   ipc_close(base)
-    memcpy(dst, src, n, stream=None)        asynchronous, any direction (cudaMemcpyDefault)
-    stream_create() stream_synchronize(s) stream_wait_event(s, e) current_stream()
-    check_stream(s) -> s                    TypeError unless s is a stream this adapter can use
-    event_create(interprocess=False) event_record(e, s=None) event_query(e) -> bool
-    event_synchronize(e) event_destroy(e) ipc_event_export(e) -> bytes ipc_event_open(b) -> event
-    launch_host_func(s, fn)                 run fn() in stream order (cudaLaunchHostFunc)
-    synchronize()                           run / wait for everything (tests, teardown)
-    host_view(addr, n) -> memoryview        sim only (device memory is host memory there)
-
-An IPC handle names a whole *allocation*, so :meth:`ipc_export` returns the
-handle of the allocation that contains ``addr`` and the offset of ``addr`` in
-it; the peer adds the offset to what :meth:`ipc_open` returns.  Exporting the
-same allocation twice gives the same bytes; a freed allocation reallocated at
-the same address gets different ones.  Opening a handle twice in one process
-returns the same base, reference counted (as CUDA does); :meth:`ipc_close`
-unmaps at zero.  Pool (``cudaMallocAsync``) and managed memory, host memory and
-memory opened from another process's handle cannot be exported:
-:class:`IpcUnsupported`, so callers fall back to staging.  A process cannot open
-its own handles (CUDA fails with "invalid device context"): IpcUnsupported too.
-
-The simulated device
---------------------
-*Memory.*  Each device allocation is its own memfd (``memfd_create``), sized to
+*Memory.*  Each device allocation is its own memfd (:mod:`gpumpi._memfd`), sized to
 one header page plus the data rounded up to whole pages, sealed against
 resizing, and mapped shared; the user's base address is the first byte after
 the header page, so allocations are page aligned and the header is never user
@@ -101,8 +59,10 @@ process answers ``completed >= recorded``; a wait or synchronize waits until
 *Fork.*  A forked child must not use its parent's adapter (a forked CUDA
 context is unusable too): in the child, every existing SimAdapter is detached
 (its methods raise RuntimeError, its inherited descriptors are closed, its
-mappings are left alone, nothing is marked dead) and :func:`adapter` /
-:func:`sim_adapter` create a fresh one.
+mappings are left alone, nothing is marked dead), then the callables in
+:data:`AFTER_FORK_IN_CHILD` run (:mod:`gpumpi._device` forgets its adapters
+there, so that :func:`~gpumpi._device.adapter` / :func:`~gpumpi._device.sim_adapter`
+create a fresh one).  The hook is installed when the first SimAdapter is made.
 
 *Permissions.*  Opening ``/proc/<pid>/fd/<fd>`` needs ptrace read access to the
 exporter (``PTRACE_MODE_READ_FSCREDS``): same user, exporter dumpable (not
@@ -120,8 +80,6 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import fcntl
-import mmap
 import os
 import secrets
 import struct
@@ -130,129 +88,24 @@ import time
 import weakref
 from collections import deque
 
-__all__ = [
-    "IpcUnsupported",
-    "StaleHandle",
-    "CudaError",
-    "PointerInfo",
-    "SimAdapter",
-    "SimStream",
-    "SimEvent",
-    "CupyAdapter",
-    "adapter",
-    "sim_adapter",
-    "cupy_adapter",
-    "driver_pointer_info",
-    "HANDLE_SIZE",
-]
+from .. import _memfd
+from .base import (
+    DEVICE,
+    HANDLE_SIZE,
+    HOST,
+    MANAGED,
+    POOL,
+    CudaError,
+    IpcUnsupported,
+    PointerInfo,
+    StaleHandle,
+    _addr,
+    _nbytes,
+)
 
-#: bytes in an IPC handle (``cudaIpcMemHandle_t`` / ``cudaIpcEventHandle_t``)
-HANDLE_SIZE = 64
-PAGE = mmap.PAGESIZE
+__all__ = ["SimAdapter", "SimStream", "SimEvent", "AFTER_FORK_IN_CHILD"]
 
-DEVICE, HOST, MANAGED, POOL = "device", "host", "managed", "pool"
-
-
-class IpcUnsupported(Exception):
-    """This memory or event cannot be shared through IPC here; fall back to staging."""
-
-
-class StaleHandle(Exception):
-    """The IPC handle names an allocation or event its exporter has freed (or a process that is gone)."""
-
-
-class CudaError(RuntimeError):
-    """A CUDA runtime or driver call failed."""
-
-
-class PointerInfo:
-    """What the driver knows about an address.
-
-    ``kind``: ``"device"``, ``"host"``, ``"managed"`` or ``"pool"``; ``device``: the
-    ordinal (None for host memory); ``base``/``size``: the allocation containing
-    the address (None for pageable host memory, which belongs to no allocation);
-    ``ipc_capable``: whether :meth:`ipc_export` can export it.
-    """
-
-    __slots__ = ("kind", "device", "base", "size", "ipc_capable")
-
-    def __init__(self, kind: str, device: int | None, base: int | None, size: int | None,
-                 ipc_capable: bool = False) -> None:
-        self.kind = kind
-        self.device = device
-        self.base = base
-        self.size = size
-        self.ipc_capable = ipc_capable
-
-    def __repr__(self) -> str:
-        base = "None" if self.base is None else f"{self.base:#x}"
-        return (f"PointerInfo(kind={self.kind!r}, device={self.device}, base={base}, size={self.size}, "
-                f"ipc_capable={self.ipc_capable})")
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, PointerInfo):
-            return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
-
-    __hash__ = None  # mutable value
-
-
-def _nbytes(call: str, n) -> int:
-    try:
-        v = n.__index__()
-    except AttributeError:
-        raise TypeError(f"{call}: nbytes must be an integer ({type(n).__name__})") from None
-    if v < 0:
-        raise ValueError(f"{call}: nbytes must be >= 0 ({v})")
-    return v
-
-
-def _addr(call: str, a) -> int:
-    try:
-        v = a.__index__()
-    except AttributeError:
-        raise TypeError(f"{call}: address must be an integer ({type(a).__name__})") from None
-    if v < 0:
-        raise ValueError(f"{call}: address must be >= 0 ({v})")
-    return v
-
-
-# -- raw mappings (libc mmap/munmap: real addresses, no Python buffer exports) ---------------
-
-_libc: list = []
-_MAP_FAILED = ctypes.c_void_p(-1).value
-
-
-def _lib():
-    if not _libc:
-        lib = ctypes.CDLL(None, use_errno=True)
-        lib.mmap.restype = ctypes.c_void_p
-        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                             ctypes.c_long]
-        lib.munmap.restype = ctypes.c_int
-        lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        _libc.append(lib)
-    return _libc[0]
-
-
-def _map(call: str, length: int, fd: int | None) -> int:
-    if fd is None:
-        flags, fd = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1
-    else:
-        flags = mmap.MAP_SHARED
-    addr = _lib().mmap(None, length, mmap.PROT_READ | mmap.PROT_WRITE, flags, fd, 0)
-    if addr is None or addr == _MAP_FAILED:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{call}: mmap failed: {os.strerror(err)} ({length} bytes)")
-    return addr
-
-
-def _unmap(addr: int, length: int) -> None:
-    _lib().munmap(addr, length)
-
-
-def _round(n: int) -> int:
-    return max(PAGE, (n + PAGE - 1) // PAGE * PAGE)
+PAGE = _memfd.PAGE
 
 
 # -- simulated device: header page and handles ----------------------------------------------
@@ -283,18 +136,6 @@ def _mark_dead(m: int) -> None:
     ctypes.c_uint32.from_address(m + _OFF_STATE).value = _DEAD
 
 
-def _new_memfd(call: str, name: str, length: int) -> int:
-    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        os.ftruncate(fd, length)
-        # no peer can shrink the file under the exporter's mapping (SIGBUS), nor grow it
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def _parse_handle(call: str, handle, magic: bytes) -> tuple:
     if not isinstance(handle, (bytes, bytearray, memoryview)):
         raise TypeError(f"{call}: handle must be bytes ({type(handle).__name__})")
@@ -312,9 +153,9 @@ def _parse_handle(call: str, handle, magic: bytes) -> tuple:
 def _open_peer(call: str, pid: int, fd: int, kind: int, size: int, serial: int, token: int,
                map_len: int) -> int:
     """Map the peer's memfd ``/proc/pid/fd/fd`` and check its header; returns the mapping."""
-    path = f"/proc/{pid}/fd/{fd}"
+    path = _memfd.peer_path(pid, fd)
     try:
-        myfd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        myfd = _memfd.open_peer(pid, fd)
     except (FileNotFoundError, ProcessLookupError) as exc:
         raise StaleHandle(f"{call}: the exporter's allocation is gone (pid {pid} fd {fd}: {exc.strerror})") from exc
     except PermissionError as exc:
@@ -325,7 +166,7 @@ def _open_peer(call: str, pid: int, fd: int, kind: int, size: int, serial: int, 
         if st.st_size != map_len:
             raise StaleHandle(f"{call}: stale handle (pid {pid} fd {fd} now names another file, "
                               f"{st.st_size} bytes, expected {map_len})")
-        m = _map(call, map_len, myfd)
+        m = _memfd.map_shared(call, map_len, myfd)
     finally:
         os.close(myfd)
     try:
@@ -336,7 +177,7 @@ def _open_peer(call: str, pid: int, fd: int, kind: int, size: int, serial: int, 
         if state != _LIVE:
             raise StaleHandle(f"{call}: stale handle (the exporter freed allocation {serial} of pid {pid})")
     except BaseException:
-        _unmap(m, map_len)
+        _memfd.unmap(m, map_len)
         raise
     return m
 
@@ -391,7 +232,7 @@ class SimStream:
 def _release_event_page(m: int, fd: int, owner_pid: int) -> None:
     if owner_pid == os.getpid():
         _mark_dead(m)  # peers opening our handle from now on get StaleHandle
-    _unmap(m, PAGE)
+    _memfd.unmap(m, PAGE)
     if fd >= 0 and owner_pid == os.getpid():
         try:
             os.close(fd)
@@ -476,7 +317,7 @@ class SimAdapter:
     def _check(self) -> None:
         if self._detached:
             raise RuntimeError(f"SimAdapter: adapter of process {self._pid} used in forked child {os.getpid()} "
-                               f"(call gpumpi._cuda.adapter() again in the child)")
+                               f"(call gpumpi._device.adapter() again in the child)")
 
     def device_count(self) -> int:
         return self._ndev
@@ -511,12 +352,7 @@ class SimAdapter:
     def _shared(self, call: str, name: str, length: int, kind: int, size: int) -> tuple[int, int, int]:
         """A new shared mapping of ``length`` bytes (a memfd peers open through its handle), its
         header written: ``(address, fd, serial)``."""
-        fd = _new_memfd(call, name, length)
-        try:
-            m = _map(call, length, fd)
-        except BaseException:
-            os.close(fd)
-            raise
+        fd, m = _memfd.create_mapped(call, name, length)
         with self._lock:
             self._serial += 1
             serial = self._serial
@@ -529,7 +365,7 @@ class SimAdapter:
         self._check()
         if n == 0:
             return 0
-        map_len = PAGE + _round(n)
+        map_len = PAGE + _memfd.round_pages(n)
         m, fd, serial = self._shared("alloc", "gpumpi-sim", map_len, _KIND_MEM, n)
         with self._lock:
             dev = self.current_device()
@@ -542,8 +378,8 @@ class SimAdapter:
         self._check()
         if n == 0:
             return 0
-        map_len = _round(n)
-        m = _map(call, map_len, None)
+        map_len = _memfd.round_pages(n)
+        m = _memfd.map_anonymous(call, map_len)
         with self._lock:
             self._insert(_Alloc(m, n, kind, device, m, map_len))
         return m
@@ -619,7 +455,7 @@ class SimAdapter:
         self._remove(a)
         if a.fd >= 0:
             _mark_dead(a.map_addr)
-        _unmap(a.map_addr, a.map_len)
+        _memfd.unmap(a.map_addr, a.map_len)
         if a.fd >= 0:
             os.close(a.fd)
 
@@ -682,7 +518,7 @@ class SimAdapter:
                                       f"of pid {pid})")
                 a.refs += 1
                 return a.base
-            map_len = PAGE + _round(size)
+            map_len = PAGE + _memfd.round_pages(size)
             m = _open_peer("ipc_open", pid, fd, _KIND_MEM, size, serial, token, map_len)
             a = _Alloc(m + PAGE, size, DEVICE, dev, m, map_len, refs=1, key=handle)
             self._insert(a)
@@ -703,7 +539,7 @@ class SimAdapter:
             self._sync_all()
             self._remove(a)
             del self._opened[a.key]
-            _unmap(a.map_addr, a.map_len)
+            _memfd.unmap(a.map_addr, a.map_len)
 
     # -- streams ------------------------------------------------------------------------
 
@@ -945,369 +781,21 @@ class SimAdapter:
                 a.fd = -1
 
 
-# -- the real device through CuPy -----------------------------------------------------------
+# -- fork ---------------------------------------------------------------------------------------
 
-# CUpointer_attribute values (cuda.h; cuda-python driver.PointerAttribute)
-_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
-_CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
-_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
-_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10
-_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
-_CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
-_CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17
-# CUmemorytype
-_CU_MEMORYTYPE_HOST, _CU_MEMORYTYPE_DEVICE, _CU_MEMORYTYPE_UNIFIED = 1, 2, 4
-_CUDA_ERROR_INVALID_VALUE, _CUDA_ERROR_INVALID_CONTEXT = 1, 201
-_cudaErrorNotReady = 600
-
-_ATTRS = (_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, _CU_POINTER_ATTRIBUTE_IS_MANAGED, _CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-          _CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, _CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-          _CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, _CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE)
-
-
-def _make_primary_current(lib) -> None:
-    """Make device 0's primary context current on this thread (what the runtime does first)."""
-    ctx = ctypes.c_void_p()
-    if lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0:
-        lib.cuCtxSetCurrent(ctx)
-
-
-def driver_pointer_info(lib, addr: int, activate=None) -> PointerInfo:
-    """What the CUDA driver knows about ``addr``: ``cuPointerGetAttributes`` (one call, seven
-    attributes) through ``lib``, libcuda as :func:`gpumpi._arrays._cuda_driver` loads it.
-
-    The one place that reads CUDA's pointer attributes: ``CupyAdapter.pointer_info``
-    and :func:`gpumpi._arrays.cuda_pointer_attributes` both answer with it.  Pointers
-    CUDA does not know (pageable host memory, freed memory) are ``"host"`` with no
-    allocation; pinned host memory is ``"host"``; managed and pool memory have their
-    own kinds.  ``activate()`` makes a context current when the thread has none
-    (default: device 0's primary context).  CudaError when the driver fails.
-    """
-    n = len(_ATTRS)
-    attrs = (ctypes.c_int * n)(*_ATTRS)
-    slots = (ctypes.c_uint64 * n)()  # 8 zeroed bytes each: fits every attribute's type
-    ptrs = (ctypes.c_void_p * n)(*[ctypes.addressof(slots) + 8 * i for i in range(n)])
-    rc = lib.cuPointerGetAttributes(n, attrs, ptrs, addr)
-    if rc == _CUDA_ERROR_INVALID_CONTEXT:  # no context on this thread yet: make the primary one current
-        if activate is None:
-            _make_primary_current(lib)
-        else:
-            activate()
-        rc = lib.cuPointerGetAttributes(n, attrs, ptrs, addr)
-    if rc == _CUDA_ERROR_INVALID_VALUE:  # a driver older than CUDA 11.3: no MEMPOOL_HANDLE attribute
-        rc = lib.cuPointerGetAttributes(n - 1, attrs, ptrs, addr)
-    if rc != 0:
-        raise CudaError(f"pointer_info: cuPointerGetAttributes failed (CUDA error {rc}, addr {addr:#x})")
-    memtype, managed, ordinal, start, size, ipc_ok, pool = (slots[i] for i in range(n))
-    ordinal = ctypes.c_int32(ordinal & 0xFFFFFFFF).value
-    if memtype == 0:  # unregistered (pageable) host memory
-        return PointerInfo(HOST, None, None, None)
-    if managed & 0xFF:
-        return PointerInfo(MANAGED, ordinal, start, size)
-    if pool:
-        return PointerInfo(POOL, ordinal, start, size)
-    if memtype == _CU_MEMORYTYPE_HOST:
-        return PointerInfo(HOST, None, start, size)
-    return PointerInfo(DEVICE, ordinal, start, size, bool(ipc_ok & 0xFF))
-
-
-class _CudaEvent:
-    """A raw ``cudaEvent_t`` owned by :class:`CupyAdapter` (destroyed on collection)."""
-
-    __slots__ = ("ptr", "interprocess", "remote", "_fin", "__weakref__")
-
-    def __init__(self, runtime, ptr: int, interprocess: bool, remote: bool) -> None:
-        self.ptr = ptr
-        self.interprocess = interprocess
-        self.remote = remote
-        self._fin = weakref.finalize(self, _destroy_cuda_event, runtime, ptr, os.getpid())
-
-    def __repr__(self) -> str:
-        return f"<CUDA event {self.ptr:#x}{' interprocess' if self.interprocess else ''}>"
-
-
-def _destroy_cuda_event(runtime, ptr: int, pid: int) -> None:
-    if os.getpid() == pid:
-        try:
-            runtime.eventDestroy(ptr)
-        except Exception:  # interpreter shutdown, context gone
-            pass
-
-
-class CupyAdapter:
-    """The real device, through ``cupy.cuda.runtime`` and the driver's pointer attributes.
-
-    Streams are CuPy streams (or anything with a ``ptr``, or a raw ``cudaStream_t``
-    int); events are owned raw ``cudaEvent_t`` objects.  Memory is raw
-    (``cudaMalloc``), outside CuPy's memory pool.
-    """
-
-    name = "cupy"
-
-    def __init__(self) -> None:
-        try:
-            import cupy
-        except ImportError as exc:
-            raise ImportError("CupyAdapter: a CUDA driver was found but cupy is not installed "
-                              "(pip install gpumpi[cuda])") from exc
-        from . import _arrays
-
-        self._cupy = cupy
-        self._rt = cupy.cuda.runtime
-        self._lib = _arrays._cuda_driver()
-        if self._lib is None:
-            raise CudaError("CupyAdapter: no usable CUDA driver (libcuda.so.1 did not initialise)")
-        self._pool: set[int] = set()
-        self._lock = threading.Lock()
-
-    def _call(self, call: str, fn, *args):
-        try:
-            return fn(*args)
-        except self._rt.CUDARuntimeError as exc:
-            raise CudaError(f"{call}: {exc}") from exc
-
-    # -- devices --------------------------------------------------------------------------
-
-    def device_count(self) -> int:
-        return self._call("device_count", self._rt.getDeviceCount)
-
-    def current_device(self) -> int:
-        return self._call("current_device", self._rt.getDevice)
-
-    def set_device(self, i: int) -> None:
-        self._call("set_device", self._rt.setDevice, i)
-
-    # -- memory ---------------------------------------------------------------------------
-
-    def alloc(self, nbytes: int) -> int:
-        n = _nbytes("alloc", nbytes)
-        return self._call("alloc", self._rt.malloc, n) if n else 0
-
-    def alloc_managed(self, nbytes: int) -> int:
-        n = _nbytes("alloc_managed", nbytes)
-        return self._call("alloc_managed", self._rt.mallocManaged, n) if n else 0
-
-    def alloc_pool(self, nbytes: int, stream=None) -> int:
-        n = _nbytes("alloc_pool", nbytes)
-        if not n:
-            return 0
-        p = self._call("alloc_pool", self._rt.mallocAsync, n, self._sptr(stream))
-        with self._lock:
-            self._pool.add(p)
-        return p
-
-    def alloc_host(self, nbytes: int) -> int:
-        n = _nbytes("alloc_host", nbytes)
-        return self._call("alloc_host", self._rt.hostAlloc, n, self._rt.hostAllocPortable) if n else 0
-
-    def host_register(self, addr: int, nbytes: int) -> None:
-        n = _nbytes("host_register", nbytes)
-        if n:  # cudaHostRegisterPortable = 1: pinned for every context
-            self._call("host_register", self._rt.hostRegister, _addr("host_register", addr), n, 1)
-
-    def host_unregister(self, addr: int) -> None:
-        self._call("host_unregister", self._rt.hostUnregister, _addr("host_unregister", addr))
-
-    def free(self, addr: int) -> None:
-        addr = _addr("free", addr)
-        if not addr:
-            return
-        with self._lock:
-            pool = addr in self._pool
-            self._pool.discard(addr)
-        if pool:
-            self._call("free", self._rt.freeAsync, addr, self._sptr(None))
-        else:
-            self._call("free", self._rt.free, addr)
-
-    def free_host(self, addr: int) -> None:
-        addr = _addr("free_host", addr)
-        if addr:
-            self._call("free_host", self._rt.freeHost, addr)
-
-    def pointer_info(self, addr: int) -> PointerInfo:
-        """Attributes from ``cuPointerGetAttributes`` (:func:`driver_pointer_info`)."""
-        return driver_pointer_info(self._lib, _addr("pointer_info", addr),
-                                   lambda: self._call("pointer_info", self._rt.memGetInfo))
-
-    def host_view(self, addr: int, nbytes: int) -> memoryview:
-        raise NotImplementedError("host_view: device memory is not host addressable on a real GPU "
-                                  "(memcpy it into host memory)")
-
-    # -- IPC ------------------------------------------------------------------------------
-
-    def ipc_export(self, addr: int) -> tuple[bytes, int]:
-        info = self.pointer_info(addr)
-        if info.kind == HOST:
-            raise IpcUnsupported(f"ipc_export: host memory cannot be exported (addr {addr:#x})")
-        if info.kind in (MANAGED, POOL):
-            raise IpcUnsupported(f"ipc_export: {info.kind} memory cannot be exported through CUDA IPC "
-                                 f"(addr {addr:#x}, allocation {info.base:#x})")
-        if not info.ipc_capable:
-            raise IpcUnsupported(f"ipc_export: the allocation is not legacy-IPC capable (addr {addr:#x}, "
-                                 f"allocation {info.base:#x})")
-        return self._call("ipc_export", self._rt.ipcGetMemHandle, info.base), addr - info.base
-
-    def ipc_open(self, handle: bytes) -> int:
-        """cudaIpcOpenMemHandle with cudaIpcMemLazyEnablePeerAccess (CUDA reference-counts reopens)."""
-        handle = bytes(handle)
-        if len(handle) != HANDLE_SIZE:
-            raise ValueError(f"ipc_open: handle must be {HANDLE_SIZE} bytes ({len(handle)})")
-        return self._call("ipc_open", self._rt.ipcOpenMemHandle, handle, self._rt.cudaIpcMemLazyEnablePeerAccess)
-
-    def ipc_close(self, base: int) -> None:
-        self._call("ipc_close", self._rt.ipcCloseMemHandle, _addr("ipc_close", base))
-
-    # -- streams --------------------------------------------------------------------------
-
-    def _sptr(self, s) -> int:
-        if s is None:
-            return self._cupy.cuda.get_current_stream().ptr
-        if isinstance(s, int):
-            return s
-        proto = getattr(s, "__cuda_stream__", None)  # the CUDA stream protocol: (version, handle)
-        ptr = proto()[1] if proto is not None else getattr(s, "ptr", None)
-        if ptr is None:
-            raise TypeError(f"not a CUDA stream ({type(s).__name__}; expected a cudaStream_t int, an object "
-                            f"with __cuda_stream__ or .ptr)")
-        return int(ptr)
-
-    def check_stream(self, s):
-        """``s`` if it is usable as a CUDA stream (or None), else TypeError."""
-        if s is not None:
-            self._sptr(s)
-        return s
-
-    def current_stream(self):
-        return self._cupy.cuda.get_current_stream()
-
-    def stream_create(self):
-        return self._cupy.cuda.Stream(non_blocking=True)
-
-    def stream_synchronize(self, s) -> None:
-        self._call("stream_synchronize", self._rt.streamSynchronize, self._sptr(s))
-
-    def synchronize(self) -> None:
-        self._call("synchronize", self._rt.deviceSynchronize)
-
-    def memcpy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
-        n = _nbytes("memcpy", nbytes)
-        if n:
-            self._call("memcpy", self._rt.memcpyAsync, _addr("memcpy", dst), _addr("memcpy", src), n,
-                       self._rt.memcpyDefault, self._sptr(stream))
-
-    def launch_host_func(self, s, fn) -> None:
-        """cudaLaunchHostFunc; ``fn`` must not call CUDA.
-
-        CuPy's C trampoline calls ``callback(arg)`` on a driver thread and neither reports
-        nor survives an exception (it is dropped and the callback leaked), so one raised by
-        ``fn`` is printed here.
-        """
-        if not callable(fn):
-            raise TypeError(f"launch_host_func: fn must be callable ({type(fn).__name__})")
-        import traceback
-
-        def host_fn(_arg):
-            try:
-                fn()
-            except BaseException:  # must not reach CuPy's trampoline (runtime.pyx _HostFnFunc)
-                traceback.print_exc()
-
-        self._call("launch_host_func", self._rt.launchHostFunc, self._sptr(s), host_fn, 0)
-
-    # -- events ---------------------------------------------------------------------------
-
-    def _ev(self, call: str, e) -> _CudaEvent:
-        if type(e) is not _CudaEvent:
-            raise TypeError(f"{call}: not an event of this CupyAdapter ({e!r})")
-        return e
-
-    def event_create(self, interprocess: bool = False) -> _CudaEvent:
-        flags = self._rt.eventDisableTiming | (self._rt.eventInterprocess if interprocess else 0)
-        ptr = self._call("event_create", self._rt.eventCreateWithFlags, flags)
-        return _CudaEvent(self._rt, ptr, bool(interprocess), False)
-
-    def event_destroy(self, e) -> None:
-        self._ev("event_destroy", e)._fin()
-
-    def event_record(self, e, s=None) -> None:
-        self._call("event_record", self._rt.eventRecord, self._ev("event_record", e).ptr, self._sptr(s))
-
-    def event_query(self, e) -> bool:
-        st = self._rt.eventQuery(self._ev("event_query", e).ptr)
-        if st == 0:
-            return True
-        if st == _cudaErrorNotReady:
-            return False
-        raise CudaError(f"event_query: cudaEventQuery failed (CUDA error {st}, event {e!r})")
-
-    def event_synchronize(self, e) -> None:
-        self._call("event_synchronize", self._rt.eventSynchronize, self._ev("event_synchronize", e).ptr)
-
-    def stream_wait_event(self, s, e) -> None:
-        self._call("stream_wait_event", self._rt.streamWaitEvent, self._sptr(s),
-                   self._ev("stream_wait_event", e).ptr, 0)
-
-    def ipc_event_export(self, e) -> bytes:
-        e = self._ev("ipc_event_export", e)
-        if not e.interprocess:
-            raise IpcUnsupported("ipc_event_export: the event was not created with interprocess=True")
-        return self._call("ipc_event_export", self._rt.ipcGetEventHandle, e.ptr)
-
-    def ipc_event_open(self, handle: bytes) -> _CudaEvent:
-        handle = bytes(handle)
-        if len(handle) != HANDLE_SIZE:
-            raise ValueError(f"ipc_event_open: handle must be {HANDLE_SIZE} bytes ({len(handle)})")
-        ptr = self._call("ipc_event_open", self._rt.ipcOpenEventHandle, handle)
-        return _CudaEvent(self._rt, ptr, True, True)
-
-
-# -- the process's adapters ----------------------------------------------------------------
-
-_INSTANCES: dict = {}
-_INSTANCES_LOCK = threading.Lock()
+#: callables run in a forked child once every SimAdapter is detached
+AFTER_FORK_IN_CHILD: list = []
 _fork_hook: list = []
 
 
 def _after_fork_in_child() -> None:
-    global _INSTANCES_LOCK
-    _INSTANCES_LOCK = threading.Lock()  # another thread may have held it at the fork
     for a in list(_ALL_SIMS):
         a._forsake()
-    _INSTANCES.pop("sim", None)
-    _INSTANCES.pop("cupy", None)  # a forked CUDA context is unusable anyway
+    for fn in AFTER_FORK_IN_CHILD:
+        fn()
 
 
 def _install_fork_hook() -> None:
     if not _fork_hook:
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _fork_hook.append(True)
-
-
-def _instance(name: str, cls):
-    a = _INSTANCES.get(name)
-    if a is None:
-        with _INSTANCES_LOCK:
-            a = _INSTANCES.get(name)
-            if a is None:
-                a = _INSTANCES[name] = cls()
-    return a
-
-
-def sim_adapter() -> SimAdapter:
-    """The process's simulated adapter (created on first use; a fresh one after fork)."""
-    return _instance("sim", SimAdapter)
-
-
-def cupy_adapter() -> CupyAdapter:
-    """The process's CuPy adapter (ImportError naming ``gpumpi[cuda]`` when cupy is missing)."""
-    return _instance("cupy", CupyAdapter)
-
-
-def adapter():
-    """The active adapter: simulated in device mode 'sim' or without a usable CUDA driver, else CuPy."""
-    from . import _arrays  # same layer; imported here so that importing this module stays light
-
-    if _arrays._device_mode[0] == "sim" or _arrays._cuda_driver() is None:
-        return sim_adapter()
-    return cupy_adapter()

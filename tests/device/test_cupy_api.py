@@ -1,9 +1,9 @@
 """CupyAdapter against the installed CuPy's API, without a GPU.
 
-The real-device code in :mod:`gpumpi._cuda` only runs on a GPU; these tests check, wherever
+The real-device code in :mod:`gpumpi._device.cuda` only runs on a GPU; these tests check, wherever
 ``cupy`` imports (with or without a driver), that what it calls exists with the signature,
 argument order, constants and error behaviour it assumes.  The names are read from
-``gpumpi/_cuda.py`` itself, so a new call is checked as soon as it is written.
+``gpumpi/_device/cuda.py`` itself, so a new call is checked as soon as it is written.
 """
 
 import ast
@@ -16,10 +16,10 @@ import pytest
 cupy = pytest.importorskip("cupy", reason="cupy is not installed (pip install gpumpi[cuda]): "
                                           "the CuPy API checks need it, not a GPU")
 
-from gpumpi import _cuda  # noqa: E402
+from gpumpi._device import cuda as gcuda  # noqa: E402
 
 rt = cupy.cuda.runtime
-SRC = pathlib.Path(_cuda.__file__).read_text()
+SRC = pathlib.Path(gcuda.__file__).read_text()
 TREE = ast.parse(SRC)
 
 # cuda_runtime_api.h / driver_types.h / cuda.h values
@@ -73,7 +73,7 @@ def _cupy_cuda_names() -> set:
 
 
 def _rt_calls():
-    """``(runtime function name, [argument expressions])`` of every runtime call in _cuda.py:
+    """``(runtime function name, [argument expressions])`` of every runtime call in _device/cuda.py:
     ``self._call(what, self._rt.f, *args)`` and direct ``self._rt.f(*args)`` / ``runtime.f(*args)``."""
     for n in ast.walk(TREE):
         if not isinstance(n, ast.Call):
@@ -125,7 +125,8 @@ def test_constants_have_the_cuda_header_values():
     consts = {n for n in used if not callable(getattr(rt, n))}
     assert consts <= set(CUDA_HEADERS), f"add {sorted(consts - set(CUDA_HEADERS))} to CUDA_HEADERS"
     for name, value in GPUMPI_CONSTANTS.items():
-        assert getattr(_cuda, name) == value, f"gpumpi._cuda.{name} = {getattr(_cuda, name)}, CUDA says {value}"
+        assert getattr(gcuda, name) == value, (f"gpumpi._device.cuda.{name} = {getattr(gcuda, name)}, "
+                                               f"CUDA says {value}")
     # cudaHostRegisterPortable = 1: CuPy exports no name for it, gpumpi passes the literal
     flags = [args[2] for name, args, _ in _rt_calls() if name == "hostRegister"]
     assert flags and all(isinstance(f, ast.Constant) and f.value == 1 for f in flags)
@@ -141,7 +142,7 @@ def test_runtime_calls_match_cupy_signatures():
         seen.add(name)
         params = _cupy_params(name)
         required = sum(1 for _, _, d in params if not d)
-        where = f"gpumpi/_cuda.py:{node.lineno} {name}({', '.join(ast.unparse(a) for a in args)})"
+        where = f"gpumpi/_device/cuda.py:{node.lineno} {name}({', '.join(ast.unparse(a) for a in args)})"
         assert not node.keywords, f"{where}: keyword arguments"
         assert required <= len(args) <= len(params), f"{where}: cupy takes {params}"
         for (ptype, pname, _), a in zip(params, args):
@@ -185,16 +186,16 @@ def test_ipc_handles_are_64_bytes_objects():
     of type bytes (hence gpumpi's bytes(handle) and length check)."""
     for f in (lambda h: rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess), rt.ipcOpenEventHandle):
         with pytest.raises(IndexError):
-            f(bytes(_cuda.HANDLE_SIZE - 1))
+            f(bytes(gcuda.HANDLE_SIZE - 1))
         with pytest.raises(IndexError):
-            f(bytes(_cuda.HANDLE_SIZE + 1))
+            f(bytes(gcuda.HANDLE_SIZE + 1))
         with pytest.raises(TypeError):
-            f(bytearray(_cuda.HANDLE_SIZE))
+            f(bytearray(gcuda.HANDLE_SIZE))
 
 
 def _bare_adapter(runtime=rt):
     """A CupyAdapter that skips __init__ (which needs a CUDA driver)."""
-    a = _cuda.CupyAdapter.__new__(_cuda.CupyAdapter)
+    a = gcuda.CupyAdapter.__new__(gcuda.CupyAdapter)
     a._cupy, a._rt = cupy, runtime
     return a
 
