@@ -2,7 +2,7 @@
 
 Theory of operation
 ===================
-:func:`run_ranks` is the launcher's :class:`gpumpi.launch.Job` with forked ranks
+:func:`run_ranks` is the launcher's :class:`gpumpi._job.Job` with forked ranks
 instead of commands: the same job segment, ``GPUMPI_*`` environment, parent-death
 signal and teardown (grace, stack dump, SIGTERM, SIGKILL).  Forking is cheap (a
 4-rank round trip takes milliseconds) and lets ``fn`` be any callable, closures
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from . import _config
-from .launch import Job, Outcome, RankState
+from ._job import Job, Outcome, RankState
 
 __all__ = ["run_ranks", "RanksFailed", "RankReport", "WORLD_SIZES", "parametrize_world", "SimDeviceArray"]
 
@@ -100,7 +100,7 @@ class RanksFailed(AssertionError):
     """:func:`run_ranks` failed; the message has every rank's status and traceback or stack.
 
     Attributes: ``reports`` (a :class:`RankReport` per rank), ``timed_out`` (bool),
-    ``outcome`` (the job's :class:`gpumpi.launch.Outcome`).
+    ``outcome`` (the job's :class:`gpumpi._job.Outcome`).
     """
 
     def __init__(self, message: str, reports: list[RankReport], outcome: Outcome) -> None:

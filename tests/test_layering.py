@@ -26,7 +26,7 @@ LAYERS = {
     4: ["ipc", "_bootstrap"],
     5: ["_progress", "_runtime", "request", "_p2p", "_objects", "message", "_partitioned", "comm", "MPI", "op",
         "win", "collectives._execute"],
-    6: ["launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util"],
+    6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util"],
 }
 
 #: modules L1 may not import (pure core: no clock, no environment, no processes, no arrays)
@@ -133,12 +133,6 @@ ALLOWED_CYCLES = [
     {"datatypes._core", "datatypes.attributes", "datatypes.constructors", "datatypes.flatten",
      "datatypes.predefined"},
 ]
-#: cycles known and still to be broken (issue 9): each one is checked by a strict xfail below
-KNOWN_CYCLES = [
-    # gpumpi.launch(fn, n) calls testing.run_ranks (lazily); testing builds on launch's Job at
-    # module level.  To go: Job, RankState and Outcome into _job (DESIGN section 5, L6).
-    {"launch", "testing"},
-]
 
 
 def _owner(target: str, known: set) -> str | None:
@@ -226,12 +220,6 @@ def test_cycle_finder_finds_cycles():
 
 def test_no_import_cycles():
     graph = import_graph()
-    allowed = ALLOWED_CYCLES + KNOWN_CYCLES
-    bad = [g for g in import_cycles(graph) if not any(g <= ok for ok in allowed)]
+    bad = [g for g in import_cycles(graph) if not any(g <= ok for ok in ALLOWED_CYCLES)]
     assert not bad, "import cycles between gpumpi modules:\n" + "\n".join(_cycle_path(graph, g) for g in bad)
 
-
-@pytest.mark.xfail(strict=True, reason="known import cycle, to be broken (see KNOWN_CYCLES)")
-@pytest.mark.parametrize("group", KNOWN_CYCLES, ids=lambda g: "-".join(sorted(g)))
-def test_known_cycle_is_broken(group):
-    assert not any(group & g for g in import_cycles(import_graph())), "still a cycle"

@@ -24,7 +24,7 @@ moves (``_protocol``), a transport only *how*.  Two small interfaces:
   the peer taking part (``ONE_SIDED``: windows), update it atomically (``ATOMICS``).
 
 The registry maps names to transport classes: every transport module registers itself
-with :func:`register`.  :func:`routes` turns ``GPUMPI_TRANSPORTS`` (already parsed by
+with :func:`register` when the ``gpumpi.ipc`` package imports it.  :func:`routes` turns ``GPUMPI_TRANSPORTS`` (already parsed by
 ``_config.parse_transports``) into the region transports to try, in order, for each
 memory kind: per (peer, memory kind) the first that reaches the peer wins (DESIGN
 section 7).  An unknown name is an error that lists the known ones.
@@ -141,13 +141,11 @@ def register(cls):
 
 def known(memory: str) -> tuple:
     """Names of the registered transports of a memory kind."""
-    _load()
     return tuple(_REGISTRY[memory])
 
 
 def lookup(memory: str, name: str):
     """The transport class registered as ``name`` for ``memory``."""
-    _load()
     try:
         return _REGISTRY[memory][name]
     except KeyError:
@@ -209,13 +207,3 @@ def address_of(buf) -> int:
     return np.frombuffer(mv, dtype=np.uint8).ctypes.data
 
 
-_loaded: list = []
-
-
-def _load() -> None:
-    """Import the transport modules of this package (each registers itself)."""
-    if not _loaded:
-        from . import cma, cuda_ipc, shm, staging  # noqa: F401
-        from . import self as _self  # noqa: F401
-
-        _loaded.append(True)
