@@ -153,13 +153,7 @@ def write(pid: int, local: list, skip: int, remote_addr: int, nbytes: int) -> in
     concatenation, to the peer's ``remote_addr``.  Returns 0 or the errno that stopped it."""
     _load()
     f = _writev
-    iov = []
-    for a, n in local:
-        if skip >= n:
-            skip -= n
-            continue
-        iov.append((a + skip, n - skip))
-        skip = 0
+    iov = skip_segments(local, skip)
     done = 0
     seg = 0
     while done < nbytes and seg < len(iov):
