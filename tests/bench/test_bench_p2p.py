@@ -251,7 +251,7 @@ def test_outer_compare_on_mpi4py(tmp_path):
     jpath, cpath = tmp_path / "c.json", tmp_path / "c.csv"
     out = run(
         [sys.executable, "-m", "gpumpi.cli", "bench", "--impl", "mpi4py", "--compare", "mpi4py", "--sizes", "8,64K",
-         "--iters", "4", "--quiet", "--json", str(jpath), "--csv", str(cpath)]
+         "--iters", "50", "--quiet", "--json", str(jpath), "--csv", str(cpath)]
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

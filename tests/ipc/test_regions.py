@@ -531,13 +531,16 @@ def _send(w, peer, kind, tag=0, payload=b""):
     w.frames.send(peer, kind, 0, w.rank, 0, tag, 0, 0, payload)
 
 
-def _ranks_round_trip(key):
+def _ranks_round_trip(key, seg):
     """Rank 0 offers each case of ``RANK_CASES``, rank 1 takes it and checks the bytes; then,
-    for a WRITE transport, rank 0 writes the same range into rank 1's memory."""
+    for a WRITE transport, rank 0 writes the same range into rank 1's memory.  The ranks talk
+    over rings of their own (``seg``), never the running engine's."""
     from gpumpi import _bootstrap
 
     mem, _ = key
-    w = _bootstrap.attach()
+    cfg = _config.get()
+    seg.set_attached(cfg.rank, os.getpid())
+    w = _bootstrap.World(cfg.rank, 2, seg, cfg)
     t = base.lookup(*key)(w)
     me, peer = w.rank, 1 - w.rank
     assert [t.reaches(p) for p in (0, 1)] == [EXPECT[key]["reach"](me, p) for p in (0, 1)]
@@ -602,7 +605,11 @@ def test_offer_take_between_two_ranks(key):
     if key[1] == "cma":
         need_cma()
     n = len(RANK_CASES[key[0]])
-    assert run_ranks(_ranks_round_trip, 2, args=(key,), timeout=60) == [list(range(n))] * 2
+    seg = JobSegment.create(2, 1 << 16)
+    try:
+        assert run_ranks(_ranks_round_trip, 2, args=(key, seg), timeout=60) == [list(range(n))] * 2
+    finally:
+        seg.close()
 
 
 # --- staging: the push pipeline ----------------------------------------------------------------
