@@ -129,7 +129,7 @@ class Engine:
         self.typecheck = cfg.typecheck
         # region transports per memory kind, in order of preference; the last pushes (reaches all)
         self.host, self.device = world.regions[HOST], world.regions[DEVICE]
-        self.staging = next((t for t in self.device if not t.caps), None)
+        self.staging = self.device[-1]  # pushes device data (parse_transports keeps staging last)
         self.offerers = {t.ident: t for lst in world.regions.values() for t in lst}
         self.transports = world.names
         # a peer may have died before this rank started: take the job's record as it is now
@@ -672,8 +672,7 @@ class Engine:
             if x.peer in new:
                 self.pushing.remove(x)
                 self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.peer})")
-        if self.staging is not None:  # slots handed to the dead stay theirs forever otherwise
-            self.staging.reclaim(new)
+        self.staging.reclaim(new)  # slots handed to the dead stay theirs forever otherwise
         for p in new:
             for x in self.tr.drop(p):
                 self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {p})")

@@ -81,21 +81,20 @@ class PointerInfo:
     __hash__ = None  # mutable value
 
 
-def _nbytes(call: str, n) -> int:
+def _nonneg(call: str, what: str, x) -> int:
+    """``x`` as a non-negative int; TypeError/ValueError naming ``call`` and ``what`` otherwise."""
     try:
-        v = n.__index__()
+        v = x.__index__()
     except AttributeError:
-        raise TypeError(f"{call}: nbytes must be an integer ({type(n).__name__})") from None
+        raise TypeError(f"{call}: {what} must be an integer ({type(x).__name__})") from None
     if v < 0:
-        raise ValueError(f"{call}: nbytes must be >= 0 ({v})")
+        raise ValueError(f"{call}: {what} must be >= 0 ({v})")
     return v
+
+
+def _nbytes(call: str, n) -> int:
+    return _nonneg(call, "nbytes", n)
 
 
 def _addr(call: str, a) -> int:
-    try:
-        v = a.__index__()
-    except AttributeError:
-        raise TypeError(f"{call}: address must be an integer ({type(a).__name__})") from None
-    if v < 0:
-        raise ValueError(f"{call}: address must be >= 0 ({v})")
-    return v
+    return _nonneg(call, "address", a)
