@@ -309,6 +309,45 @@ def test_device_bcast_never_touches_host_memory(n):
     run_ranks(_bcast_stays_on_device, n, timeout=60)
 
 
+def _self_sends_in_place():
+    from gpumpi import MPI
+    from gpumpi._device import sim_adapter
+    from gpumpi.ipc import cma
+    from gpumpi.testing import SimDeviceArray
+
+    ad = sim_adapter()
+    copies, reads = [], []
+    real_memcpy, real_read = ad.memcpy, cma.read
+
+    def memcpy(dst, src, n, stream=None):
+        copies.append((ad.pointer_info(src).kind, ad.pointer_info(dst).kind, n))
+        return real_memcpy(dst, src, n, stream)
+
+    ad.memcpy = memcpy
+    cma.read = lambda *a: reads.append(a) or real_read(*a)
+    c, me = MPI.COMM_WORLD, MPI.COMM_WORLD.rank
+    n = 300_000  # a rendezvous
+    for kind in ("sim", "host"):
+        src = values(n, me) if kind == "host" else SimDeviceArray.from_numpy(values(n, me))
+        dst = np.zeros(n) if kind == "host" else SimDeviceArray.zeros(n)
+        del copies[:], reads[:]
+        req = c.Isend(src, me, 7)
+        c.Recv(dst, me, 7)
+        req.Wait()
+        assert np.array_equal(dst if kind == "host" else dst.get(), values(n, me)), kind
+        # a rank's own memory is copied in place: no cross-memory read of itself, and device data
+        # moves in one device-to-device copy (it used to go up to a staging slab and back)
+        assert not reads, kind
+        if kind == "sim":
+            assert [(s_, d_) for s_, d_, _ in copies] == [("device", "device")], copies
+    return True
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_messages_to_oneself_are_copied_in_place(n):
+    assert run_ranks(_self_sends_in_place, n, timeout=60) == [True] * n
+
+
 def _device_kernels():
     from gpumpi import MPI
     from gpumpi.kernels import pack as K
