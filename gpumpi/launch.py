@@ -2,7 +2,7 @@
 
 Theory of operation
 ===================
-``gpumpirun -n N [--timeout S] [--tag-output] [--grace S] prog args...`` parses its
+``gpumpirun -n N [--timeout S] [--tag-output] [--grace S] [--mpi4py] prog args...`` parses its
 command line (options stop at the program), builds a :class:`gpumpi._job.Job` of N
 ranks, forwards SIGINT/SIGTERM/SIGHUP (teardown) and SIGUSR1/SIGUSR2 (passed on to the
 ranks) to it, starts the program on every rank and exits with the job's status.  What a
@@ -16,6 +16,7 @@ The module itself is callable: ``gpumpi.launch(fn, n, ...)`` is
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -42,7 +43,7 @@ __all__ = ["Job", "Outcome", "RankState", "main", "EXIT_TIMEOUT", "DEFAULT_GRACE
 
 # --- gpumpirun -------------------------------------------------------------------------
 _VALUE_OPTS = {"-n", "-np", "--np", "--timeout", "--grace"}
-_FLAG_OPTS = {"--tag-output", "-h", "--help", "--version"}
+_FLAG_OPTS = {"--tag-output", "--mpi4py", "-h", "--help", "--version"}
 
 
 def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -70,7 +71,7 @@ def _is_joined_opt(a: str) -> bool:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpumpirun",
-        usage="gpumpirun -n N [--timeout S] [--grace S] [--tag-output] prog [args...]",
+        usage="gpumpirun -n N [--timeout S] [--grace S] [--tag-output] [--mpi4py] prog [args...]",
         description="Run N ranks of a gpumpi program on this node. A program ending in .py runs with "
         "this Python. (python -m gpumpi also takes 'bench' and 'info' as the first argument.)",
         epilog="Exit status: 0 if every rank exited 0; else the abort code, or the first failing rank's "
@@ -87,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"seconds ranks get to exit after a failure, and after SIGTERM (default {DEFAULT_GRACE:g})",
     )
     p.add_argument("--tag-output", action="store_true", help="prefix every output line with [rank]")
+    p.add_argument(
+        "--mpi4py",
+        action="store_true",
+        help="run an unmodified mpi4py program on gpumpi: 'import mpi4py' and 'from mpi4py import MPI' "
+        "resolve to gpumpi (as GPUMPI_MPI4PY=1 does for programs started by another launcher)",
+    )
     p.add_argument("--version", action="version", version=f"gpumpirun (gpumpi) {__version__}")
     return p
 
@@ -104,6 +111,16 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if not ns.grace >= 0:
         p.error(f"--grace must be >= 0 seconds ({ns.grace})")
     return ns, cmd
+
+
+def _env(ns: argparse.Namespace) -> dict[str, str]:
+    """The job's extra environment: ``--mpi4py`` puts gpumpi's ``mpi4py`` package first on PYTHONPATH."""
+    if not ns.mpi4py:
+        return {}
+    from ._mpi4py import ENV, SHIM_DIR
+
+    path = os.environ.get("PYTHONPATH", "")
+    return {ENV: "1", "PYTHONPATH": SHIM_DIR + (os.pathsep + path if path else "")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"gpumpirun: bad environment ({e})")
         return EXIT_USAGE
     try:
-        job = Job(ns.n, grace=ns.grace, ring_size=ring_size, tag_output=ns.tag_output, log=log)
+        job = Job(ns.n, grace=ns.grace, ring_size=ring_size, tag_output=ns.tag_output, log=log, env=_env(ns))
     except OSError as e:
         log(f"gpumpirun: cannot create the job segment ({ns.n} ranks, ring size {ring_size}: {e})")
         return 1

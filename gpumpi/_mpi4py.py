@@ -1,0 +1,111 @@
+"""Run unmodified mpi4py programs on gpumpi (``gpumpirun --mpi4py``, ``GPUMPI_MPI4PY=1``).
+
+Theory of operation
+===================
+gpumpi ships a directory, ``gpumpi/_shim``, holding a package named ``mpi4py``.  With
+that directory first on ``sys.path`` (the launcher's ``--mpi4py`` puts it on
+``PYTHONPATH``; the ``gpumpi-mpi4py.pth`` file installed beside gpumpi does it in any
+Python started with ``GPUMPI_MPI4PY=1``), ``import mpi4py`` finds the shim first.
+
+The shim package is the installed mpi4py with one module swapped:
+
+* its ``__path__`` is the shim directory followed by the real package's directory, so
+  ``mpi4py.MPI`` is the shim's ``MPI.py`` (which replaces itself by ``gpumpi.MPI``:
+  the very same module object) while ``mpi4py.util.pkl5``, ``util.dtlib``, ``util.pool``,
+  ``util.sync``, ``futures``, ``run``, ``bench``, ``typing`` and ``__main__`` are
+  mpi4py's own source files, run on top of gpumpi.MPI (one implementation of each);
+* its namespace is the real ``mpi4py/__init__.py`` executed in the shim module, so
+  ``mpi4py.rc``, ``profile``, ``get_config`` and ``__version__`` are mpi4py's.  gpumpi.MPI
+  reads ``mpi4py.rc`` when it initialises (see :func:`rc`).
+
+The compiled ``mpi4py/MPI*.so`` of the real package is never loaded.  Without an
+installed mpi4py, ``mpi4py.MPI`` and a minimal ``rc`` still work and the pure-Python
+modules raise ``ImportError`` naming the missing package.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+
+SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
+ENV = "GPUMPI_MPI4PY"
+
+
+def enabled() -> bool:
+    """True when this process asked for mpi4py programs to run on gpumpi."""
+    return os.environ.get(ENV, "").strip().lower() not in ("", "0", "no", "false", "off")
+
+
+def activate() -> None:
+    """Put the shim first on ``sys.path`` (the ``.pth`` hook; idempotent)."""
+    if SHIM_DIR not in sys.path:
+        sys.path.insert(0, SHIM_DIR)
+
+
+def real_spec():
+    """The installed mpi4py package's spec (searching ``sys.path`` without the shim), or None."""
+    paths = [p for p in sys.path if os.path.abspath(p or os.curdir) != SHIM_DIR]
+    return importlib.machinery.PathFinder.find_spec("mpi4py", paths)
+
+
+class _Rc:
+    """mpi4py.rc when no mpi4py is installed (the same options and defaults)."""
+
+    initialize = True
+    threads = True
+    thread_level = "multiple"
+    finalize = None
+    fast_reduce = True
+    recv_mprobe = True
+    irecv_bufsz = 32768
+    errors = "exception"
+
+    def __setattr__(self, name, value):
+        if not hasattr(self, name):
+            raise TypeError(f"object has no attribute {name!r}")
+        super().__setattr__(name, value)
+
+    def __call__(self, **kwargs):
+        for key in kwargs:
+            if not hasattr(self, key):
+                raise TypeError(f"unexpected argument {key!r}")
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+
+    def __repr__(self):
+        return "<mpi4py.rc>"
+
+
+def adopt(ns: dict) -> None:
+    """Make the shim package ``ns`` the installed mpi4py with gpumpi.MPI as its MPI."""
+    here = os.path.dirname(ns["__file__"])
+    spec = real_spec()
+    if spec is None or not spec.submodule_search_locations:
+        ns["__version__"] = "4.1.2"
+        ns["__all__"] = ["MPI"]
+        ns["rc"] = _Rc()
+        sys.modules[ns["__name__"] + ".rc"] = ns["rc"]
+        ns["__path__"] = [here]
+        return
+    real_dir = list(spec.submodule_search_locations)[0]
+    ns["__path__"] = [here, real_dir]
+    with open(spec.origin, encoding="utf-8") as f:
+        code = compile(f.read(), spec.origin, "exec")
+    exec(code, ns)  # noqa: S102  (mpi4py's own __init__: rc, profile, get_config, ...)
+    ns["__path__"] = [here, real_dir]
+
+    def get_include() -> str:
+        """Return the directory in the installed mpi4py that contains header files."""
+        return os.path.join(real_dir, "include")
+
+    ns["get_include"] = get_include
+
+
+def rc():
+    """The ``mpi4py.rc`` of this process when the shim is in use, else None."""
+    mod = sys.modules.get("mpi4py")
+    if mod is None or not getattr(mod, "__file__", "").startswith(SHIM_DIR):
+        return None
+    return getattr(mod, "rc", None)
