@@ -1,0 +1,113 @@
+"""One rank of one mpi4py test module (run by ``run.py`` under ``gpumpirun --mpi4py`` or ``mpiexec``).
+
+``python driver.py TESTDIR MODULE OUTDIR [SKIPFILE]`` imports mpi4py (the shim or the
+real one), loads ``test_MODULE`` from mpi4py's ``test/`` folder as mpi4py's own
+``main.py`` does, and runs it with a result object that appends one JSON line per event
+to ``OUTDIR/rank<R>.jsonl`` and flushes it at once: ``{"start": id}`` before each test,
+``{"id": id, "outcome": ...}`` after it.  A crash or a hang therefore still leaves every
+finished test on disk, and the test in flight is the last ``start`` without an outcome.
+Tests named in SKIPFILE (one id per line) are not run (the runner's resume after a crash).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+import unittest
+
+
+class Recorder(unittest.TestResult):
+    def __init__(self, out):
+        super().__init__()
+        self.out = out
+
+    def _emit(self, **fields):
+        self.out.write(json.dumps(fields) + "\n")
+        self.out.flush()
+
+    def startTest(self, test):
+        super().startTest(test)
+        self._emit(start=test.id())
+
+    def _why(self, err):
+        kind, value, _tb = err
+        line = f"{kind.__name__}: {value}".splitlines()
+        return (line[0] if line else kind.__name__)[:300]
+
+    def addSuccess(self, test):
+        self._emit(id=test.id(), outcome="ok")
+
+    def addFailure(self, test, err):
+        self._emit(id=test.id(), outcome="fail", why=self._why(err), tb="".join(traceback.format_exception(*err))[-2000:])
+
+    def addError(self, test, err):
+        self._emit(id=test.id(), outcome="error", why=self._why(err), tb="".join(traceback.format_exception(*err))[-2000:])
+
+    def addSkip(self, test, reason):
+        self._emit(id=test.id(), outcome="skip", why=str(reason)[:300])
+
+    def addExpectedFailure(self, test, err):
+        self._emit(id=test.id(), outcome="xfail")
+
+    def addUnexpectedSuccess(self, test):
+        self._emit(id=test.id(), outcome="xpass")
+
+    def addSubTest(self, test, subtest, err):
+        if err is not None:
+            kind = "fail" if issubclass(err[0], test.failureException) else "error"
+            self._emit(id=test.id(), outcome=kind, sub=str(subtest.id()), why=self._why(err),
+                       tb="".join(traceback.format_exception(*err))[-2000:])
+
+
+def _flatten(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from _flatten(t)
+        else:
+            yield t
+
+
+def _load(name: str) -> unittest.TestSuite:
+    """Load a test module as mpi4py's main.py does by default (no --cupy, no --numba).
+
+    main.py hides CuPy and Numba from the suite (``sys.modules[...] = None``) unless asked
+    for them; they are hidden here only while the test modules import, so that gpumpi can
+    still load Numba for its own pack kernels.
+    """
+    hidden = {m: sys.modules.get(m) for m in ("cupy", "numba")}
+    for m in hidden:
+        sys.modules[m] = None
+    try:
+        return unittest.defaultTestLoader.loadTestsFromName(name)
+    finally:
+        for m, mod in hidden.items():
+            if mod is None:
+                sys.modules.pop(m, None)
+            else:
+                sys.modules[m] = mod
+
+
+def main(argv: list[str]) -> int:
+    testdir, module, outdir = argv[:3]
+    skip = set()
+    if len(argv) > 3 and argv[3]:
+        with open(argv[3], encoding="utf-8") as f:
+            skip = {line.strip() for line in f if line.strip()}
+    sys.dont_write_bytecode = True
+    sys.path.insert(0, testdir)
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    with open(os.path.join(outdir, f"rank{rank}.jsonl"), "a", encoding="utf-8") as out:
+        result = Recorder(out)
+        suite = _load(f"test_{module}")
+        tests = [t for t in _flatten(suite) if t.id() not in skip]
+        unittest.TestSuite(tests).run(result)
+        result._emit(end=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
