@@ -26,7 +26,7 @@ LAYERS = {
     4: ["ipc", "_bootstrap"],
     5: ["_progress", "_runtime", "request", "_p2p", "_objects", "message", "_partitioned", "comm", "MPI", "op",
         "win", "collectives._execute"],
-    6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util"],
+    6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util", "_mpi4py", "_shim"],
 }
 
 #: modules L1 may not import (pure core: no clock, no environment, no processes, no arrays)
