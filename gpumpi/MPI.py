@@ -161,6 +161,13 @@ def get_vendor() -> tuple[str, tuple[int, int, int]]:
     return ("gpumpi", tuple(int(p) for p in _version.split(".")[:3]))
 
 
+def Get_hw_resource_info() -> Info:
+    """Return the hardware resources available to this process (MPI_Get_hw_resource_info).
+
+    gpumpi reports none (an empty info object), as MPI allows."""
+    return Info.Create()
+
+
 def Pcontrol(level: int) -> None:
     """Control profiling (MPI_Pcontrol); gpumpi's profiling is GPUMPI_PROFILE, so a no-op."""
     int(level)

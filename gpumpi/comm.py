@@ -37,6 +37,7 @@ from .constants import (
     CONGRUENT,
     IDENT,
     IO,
+    KEYVAL_INVALID,
     LASTUSEDCODE,
     PROC_NULL,
     SIMILAR,
@@ -52,6 +53,7 @@ from .errors import (
     ERR_ARG,
     ERR_COMM,
     ERR_COUNT,
+    ERR_KEYVAL,
     ERR_RANK,
     ERR_ROOT,
     ERR_TAG,
@@ -251,6 +253,8 @@ class Comm(Handle):
     def Get_attr(self, keyval: int):
         """Predefined attribute value (MPI_Comm_get_attr); None when not set."""
         self._check("Comm.Get_attr")
+        if keyval == KEYVAL_INVALID:
+            raise error(ERR_KEYVAL, f"Comm.Get_attr: invalid keyval (KEYVAL_INVALID, {keyval})")
         if keyval == TAG_UB:
             return TAG_UB_VALUE
         if keyval == UNIVERSE_SIZE:
