@@ -94,6 +94,11 @@ class Comm:
     __slots__ = ("_ctx", "_w", "_rank", "_size", "_group", "_errh", "_name", "_cseq", "_bpool",
                  "_rw", "__weakref__")
 
+    def __new__(cls, comm: "Comm | None" = None):
+        # mpi4py's Comm.__new__ takes the communicator to copy (subclasses such as
+        # mpi4py.util.pkl5.Comm call it so); the copy itself is __init__'s
+        return super().__new__(cls)
+
     def __init__(self, comm: "Comm | None" = None) -> None:
         if comm is None:
             self._set_null()

@@ -57,6 +57,9 @@ class Message:
     def __bool__(self) -> bool:
         return self._arr is not None or self._noproc
 
+    def free(self) -> None:
+        """Do nothing (mpi4py ``Message.free``: a matched message is freed by receiving it)."""
+
     def _take(self, call: str):
         if self._noproc:
             if self is not MESSAGE_NO_PROC:  # the predefined handle stays what it is (mpi4py)

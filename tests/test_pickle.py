@@ -193,13 +193,16 @@ def test_read_only_arrays_stay_read_only():
     assert equal(back, a) and not back.flags.writeable
 
 
-def test_threshold_boundary():
+@pytest.mark.parametrize("device_possible", [False, True])
+def test_threshold_boundary(monkeypatch, device_possible):
+    monkeypatch.setattr(_pickle, "_seen_device", device_possible)
+    monkeypatch.setattr(_pickle, "_device_possible", lambda: device_possible)
     at = np.zeros(THRESHOLD, np.uint8)
     below = np.zeros(THRESHOLD - 1, np.uint8)
     p_at, _ = dumps(at)
     p_below, _ = dumps(below)
     assert len(p_at) > 2 and at.ctypes.data in {addr(p) for p in p_at}
-    assert len(p_below) == 1 and bytes(p_below[0]) == pickle.dumps(below, 5)
+    assert bytes(concat(p_below)) == pickle.dumps(below, 5)  # in band: the plain pickle, no index
     assert equal(loads(concat(p_at)), at)
     assert equal(loads(concat(p_below)), below)
 
