@@ -1,7 +1,8 @@
-"""gpumpi.MPI under the mpi4py shim honours ``mpi4py.rc`` at import, as mpi4py.MPI does.
+"""gpumpi.MPI under the mpi4py shim (``gpumpirun --mpi4py``, gpumpi._mpi4py).
 
-Each case is a one-rank job (``gpumpirun --mpi4py``) that sets ``mpi4py.rc`` before
-``from mpi4py import MPI`` and prints what MPI reports.
+It honours ``mpi4py.rc`` at import, as mpi4py.MPI does (one-rank jobs that set
+``mpi4py.rc`` before ``from mpi4py import MPI`` and print what MPI reports), and the
+installed ``mpi4py.util.pkl5`` runs on it, at 1-3 ranks.
 """
 
 from __future__ import annotations
@@ -42,3 +43,40 @@ def test_initialize_false_leaves_init_to_the_program():
 
 def test_default_is_thread_multiple():
     assert _job("from mpi4py import MPI; print(MPI.Query_thread())") == "3"
+
+
+PKL5 = """\
+import numpy as np
+from mpi4py import MPI
+from mpi4py.util import pkl5
+
+c = pkl5.Intracomm(MPI.COMM_WORLD)  # through Comm.__new__(cls, comm)
+assert c == MPI.COMM_WORLD and type(c) is pkl5.Intracomm
+r, n = c.rank, c.size
+dst, src = (r + 1) % n, (r - 1) % n
+big = np.arange(200_000.0) + r
+s = c.isend({"r": r, "a": big}, dst, 3)
+got = c.recv(None, src, 3)
+s.wait()
+assert got["r"] == src and np.array_equal(got["a"], np.arange(200_000.0) + src)
+s = c.issend([r, big], dst, 4)
+m = c.mprobe(src, 4)
+assert m and m.recv()[0] == src and not m
+m.free()
+s.wait()
+assert c.gather(r, root=0) == (list(range(n)) if r == 0 else None)
+assert c.scatter([i * 10 for i in range(n)] if r == 0 else None, root=0) == r * 10
+assert c.allgather(r) == list(range(n))
+assert c.alltoall([(r, i) for i in range(n)]) == [(i, r) for i in range(n)]
+print("ok", r)
+"""
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_mpi4py_util_pkl5(n):
+    cmd = [sys.executable, "-m", "gpumpi.launch", "--mpi4py", "-n", str(n), "--timeout", "60",
+           sys.executable, "-c", PKL5]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [line.split("] ")[-1] for line in out.stdout.strip().splitlines()]  # without "[rank k] "
+    assert sorted(lines) == [f"ok {r}" for r in range(n)]

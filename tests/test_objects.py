@@ -258,3 +258,4 @@ def _comm_locks_and_contexts():
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_comm_locks_and_contexts(n):
     run_ranks(_comm_locks_and_contexts, n, timeout=60)
+
