@@ -68,7 +68,7 @@ assert c.gather(r, root=0) == (list(range(n)) if r == 0 else None)
 assert c.scatter([i * 10 for i in range(n)] if r == 0 else None, root=0) == r * 10
 assert c.allgather(r) == list(range(n))
 assert c.alltoall([(r, i) for i in range(n)]) == [(i, r) for i in range(n)]
-print("ok", r)
+print("ok")
 """
 
 
@@ -78,5 +78,4 @@ def test_mpi4py_util_pkl5(n):
            sys.executable, "-c", PKL5]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = [line.split("] ")[-1] for line in out.stdout.strip().splitlines()]  # without "[rank k] "
-    assert sorted(lines) == [f"ok {r}" for r in range(n)]
+    assert out.stdout.count("ok") == n  # every rank got to the end (their lines may interleave)
