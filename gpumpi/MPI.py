@@ -28,7 +28,8 @@ from .comm import (  # noqa: F401
 )
 from .constants import *  # noqa: F401,F403
 from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType  # noqa: F401
-from .constants import THREAD_MULTIPLE, THREAD_SINGLE
+from .constants import THREAD_FUNNELED, THREAD_MULTIPLE, THREAD_SERIALIZED, THREAD_SINGLE
+from ._mpi4py import rc as _mpi4py_rc
 from .datatypes import *  # noqa: F401,F403
 from .datatypes import Datatype  # noqa: F401
 from .datatypes import plan as _plan  # noqa: F401  (installs Pack/Unpack/Get_address host support)
@@ -58,6 +59,9 @@ from .op import (  # noqa: F401
 )
 from .session import SESSION_NULL, Session  # noqa: F401
 from .win import WIN_NULL, Win  # noqa: F401
+from ._membuffer import buffer, memory  # noqa: F401
+from ._pickle import PICKLE as pickle, Pickle  # noqa: F401
+from . import _commctx
 
 #: The world communicator (MPI_COMM_WORLD).
 COMM_WORLD = Comm._htable.constant(Intracomm(), "COMM_WORLD", 0x44000000)
@@ -101,9 +105,10 @@ def Init() -> None:
 
 
 def Init_thread(required: int = THREAD_MULTIPLE) -> int:
-    """Initialise with a thread level (MPI_Init_thread); gpumpi provides THREAD_MULTIPLE."""
+    """Initialise with a thread level (MPI_Init_thread); returns the level provided: the one
+    required (gpumpi supports up to THREAD_MULTIPLE), or the level of the first initialisation."""
     _rt.init(required)
-    return THREAD_MULTIPLE
+    return _rt.thread_level()
 
 
 def Finalize() -> None:
@@ -218,6 +223,30 @@ def Abort(errorcode: int = 0) -> None:
     _rt.abort(int(errorcode))
 
 
+# --- mpi4py's private helpers of its pure-Python layers (mpi4py.util.pkl5, its tests) -------------
+def _comm_lock(comm: Comm, key=None):
+    """Create/get the communicator's lock for ``key`` (mpi4py ``MPI._comm_lock``)."""
+    return _commctx.lock(comm, key)
+
+
+def _comm_lock_table(comm: Comm) -> dict:
+    """The communicator's internal lock table (mpi4py ``MPI._comm_lock_table``)."""
+    return _commctx.lock_table(comm)
+
+
+def _commctx_intra(comm: Intracomm):
+    """``(duplicate, tag)``: the intracommunicator's private duplicate and a fresh tag on it
+    (mpi4py ``MPI._commctx_intra``; the duplicate is made collectively on first use)."""
+    if comm.Is_inter():
+        raise TypeError("_commctx_intra: expecting an intracommunicator")
+    return _commctx.commctx_intra(comm)
+
+
+def _commctx_inter(comm: Intercomm):
+    """mpi4py ``MPI._commctx_inter``: needs intercommunicators, which gpumpi does not support yet."""
+    raise NotImplementedError("_commctx_inter: intercommunicators are not supported yet")
+
+
 # --- memory ---------------------------------------------------------------------------------------
 _allocs: dict = {}
 
@@ -325,4 +354,34 @@ def _install_nvtx() -> None:
     _NVTX_WRAPPED[0] = True
 
 
-_rt.init()
+#: mpi4py.rc.thread_level values
+_THREAD_LEVELS = {"single": THREAD_SINGLE, "funneled": THREAD_FUNNELED, "serialized": THREAD_SERIALIZED,
+                  "multiple": THREAD_MULTIPLE}
+
+
+def _rc_option(rc, name: str, default, allowed):
+    value = getattr(rc, name, default)
+    if value in allowed:
+        return value
+    import warnings
+
+    warnings.warn(f"mpi4py.rc: '{name}': unexpected value {value!r}", RuntimeWarning, stacklevel=3)
+    return default
+
+
+def _init_at_import() -> None:
+    """Initialise as importing mpi4py.MPI does: under the mpi4py shim, as ``mpi4py.rc`` says
+    (``initialize``: whether to; ``threads`` and ``thread_level``: the level required)."""
+    rc = _mpi4py_rc()
+    if rc is None:
+        _rt.init()
+        return
+    if _rc_option(rc, "initialize", True, (True, False, "yes", "no")) in (False, "no"):
+        return
+    required = THREAD_SINGLE
+    if _rc_option(rc, "threads", True, (True, False, "yes", "no")) in (True, "yes"):
+        required = _THREAD_LEVELS[_rc_option(rc, "thread_level", "multiple", tuple(_THREAD_LEVELS))]
+    _rt.init(required)
+
+
+_init_at_import()

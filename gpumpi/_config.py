@@ -1,4 +1,4 @@
-"""Every ``GPUMPI_*`` environment variable, read once (L0).
+"""Every ``GPUMPI_*`` environment variable (and mpi4py's ``MPI4PY_PICKLE_*``), read once (L0).
 
 Theory of operation
 ===================
@@ -44,6 +44,12 @@ GPUMPI_ASYNC_PROGRESS 1: start a progress thread.
 GPUMPI_NVTX           0: disable NVTX ranges even when nvtx is importable (default 1).
 GPUMPI_FAULTHANDLER   0: the rank does not register faulthandler on SIGUSR1 (test harnesses
                       that register their own dump file set this).
+
+mpi4py's own variables, honoured as mpi4py does (``MPI.pickle``'s defaults):
+
+MPI4PY_PICKLE_PROTOCOL  pickle protocol of object messages (default: the highest).
+MPI4PY_PICKLE_THRESHOLD bytes from which ``Pickle.dumps_oob`` moves buffers out of band
+                        (default 262144).
 """
 
 from __future__ import annotations
@@ -77,6 +83,8 @@ class Config:
     async_progress: bool = False
     nvtx: bool = True
     faulthandler: bool = True
+    pickle_protocol: int | None = None
+    pickle_threshold: int = 262144
 
     @property
     def launched(self) -> bool:
@@ -146,6 +154,8 @@ def _read(env) -> Config:
         async_progress=_bool(env, "GPUMPI_ASYNC_PROGRESS", False),
         nvtx=_bool(env, "GPUMPI_NVTX", True),
         faulthandler=_bool(env, "GPUMPI_FAULTHANDLER", True),
+        pickle_protocol=_int(env, "MPI4PY_PICKLE_PROTOCOL", 0) if env.get("MPI4PY_PICKLE_PROTOCOL") else None,
+        pickle_threshold=_int(env, "MPI4PY_PICKLE_THRESHOLD", 262144),
     )
 
 

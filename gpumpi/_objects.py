@@ -1,9 +1,10 @@
-"""Object messages: pickle-5 messages whose device arrays travel out of band (L5).
+"""Object messages: pickle messages whose device arrays travel out of band (L5).
 
 Theory of operation
 ===================
 The lowercase API (``send``, ``recv``, ``isend``, ...) moves a Python object as one
-pickle-5 message (``_pickle``) on the communicator's point-to-point context ``ctx``.
+pickle message (``_pickle``: a plain pickle stream, as mpi4py sends, with an index of its
+large buffers after it) on the communicator's point-to-point context ``ctx``.
 Host buffers inside the object travel inside that message.  Device arrays inside it
 (CuPy, Numba, simulated) travel as messages of their own ("parts"): standard sends of
 the arrays through the one buffer path (``_p2p``: device to device) on the parts
@@ -77,12 +78,22 @@ def _cancel_send(j: Xfer, main: Xfer, parts) -> None:
     eng.cancel(main)
 
 
-def irecv(source: int, tag: int, world, ctx: int, call: str, watch: bool = False):
-    """Post the receive of an object message from ``source`` (communicator rank or ANY_SOURCE);
+def irecv(source: int, tag: int, world, ctx: int, call: str, watch: bool = False, mem=None):
+    """Post the receive of an object message from ``source`` (communicator rank or ANY_SOURCE)
+    into host bytes ``mem`` (a flat writable memoryview; None: sized by the message);
     ``watch``: post its parts' receives on arrival."""
     wpeer = ANY_SOURCE if source == ANY_SOURCE else world[source]
     post = (lambda x: _parts_on_arrival(x, world, ctx)) if watch else None
-    return _rt.ENGINE.irecv(None, 0, source, wpeer, tag, ctx, call, post=post)
+    return _rt.ENGINE.irecv(mem, 0 if mem is None else len(mem), source, wpeer, tag, ctx, call, post=post)
+
+
+def body(x):
+    """The bytes object receive ``x`` received (the whole allocation when it was sized by
+    the message, else the first ``st_nbytes`` bytes of the caller's buffer)."""
+    mem = x.mem
+    if x.dynamic or mem is None:
+        return mem
+    return memoryview(mem)[: x.st_nbytes]
 
 
 def _parts_on_arrival(x, world, ctx: int) -> None:
@@ -91,7 +102,7 @@ def _parts_on_arrival(x, world, ctx: int) -> None:
     if x.err or x.cancelled:
         return
     try:
-        pend = _pickle.parts_of(x.mem)
+        pend = _pickle.parts_of(body(x))
     except Exception:  # a malformed message: load() reports it  # noqa: BLE001
         return
     if pend is not None:
@@ -171,7 +182,7 @@ def load(x, call: str, world, ctx: int, pend=None):
     res = x.result
     if res is None:
         if pend is None:
-            pend = _pickle.loads(x.mem)
+            pend = _pickle.loads(body(x))
             if type(pend) is not _pickle.Pending:
                 return pend
         res = _post_parts(pend, x.st_source, call, world, ctx)
@@ -182,4 +193,4 @@ def load(x, call: str, world, ctx: int, pend=None):
         raise arrays
     if j.err:
         raise error(j.err, j.errmsg)
-    return _pickle.loads(x.mem, arrays)
+    return _pickle.loads(body(x), arrays)

@@ -1,47 +1,72 @@
-"""Object messages: pickle protocol 5 with out-of-band buffers (L2).
+"""Object messages: plain pickle streams, indexed for zero-copy receipt (L2).
 
 Theory of operation
 ===================
-``dumps(obj)`` returns a list of buffers that, concatenated, form one message::
+An object message is what mpi4py sends: a pickle stream (``MPI.pickle.dumps(obj)``); an
+empty message is ``None``.  So a message from mpi4py, or from ``Send`` of pickled bytes,
+is received by ``recv``, and a message from ``send`` can be received with ``Recv`` and
+``pickle.loads``-ed.  gpumpi adds, after the stream's STOP opcode (where ``pickle.loads``
+stops reading: "bytes past the pickled representation are ignored"), an optional
+*trailer* that indexes the stream::
 
-    header  u32 magic "GMP5", u32 nbufs, u64 stream length, u64 length of each buffer
-    stream  the pickle stream (small arrays are pickled in band)
-    pad + buffer ...   each out-of-band buffer starts at a multiple of 64 bytes
+    stream   the pickle stream; large payloads sit in band, each one 64-byte aligned
+    table    pickled tuple of one spec per device part (messages with parts only)
+    entries  per large payload: u64 header offset, u64 data offset, u64 length | ro << 63
+    footer   u64 stream length, u64 seq, u64 table length, u32 entries, u32 flags, 8-byte MAGIC
 
-Large contiguous buffers (NumPy arrays and anything exporting a PickleBuffer)
-are *not* copied into the stream: they are separate segments of the message, so
-the transport reads them straight from the sender's memory (cross-memory attach)
-into the receiver's single allocation, and ``loads`` rebuilds the arrays as views
-of that allocation.  One copy end to end.
+The trailer is there only when it says something (large buffers or device parts); it
+ends with ``MAGIC``, which a pickle stream never does (``pickle.dumps`` output ends with
+STOP, ``.``), and its lengths must add up to the message's, so a plain stream is never
+mistaken for an indexed one.
+
+Zero copy both ways
+-------------------
+The pickler writes to a sink, not to one bytes object.  CPython's C pickler hands any
+payload of at least 64 KiB (its frame size target) to the sink's ``write`` as the object
+itself, outside any frame, right after flushing the opcodes before it, which end with the
+payload's header (``BYTEARRAY8``/``BINBYTES``/``BINBYTES8`` and its length).  So a NumPy
+array (which pickles, at protocol 5, as a ``PickleBuffer`` of its own memory) becomes a
+segment of the message that *is* the array's memory: the transport reads it from there
+(cross-memory attach), no copy on the send side.  Before each such header the sink
+inserts no-op opcodes (``N0``: push None, pop; ``K\\x000``: push 0, pop) so that the
+payload starts at a multiple of 64 bytes in the message.
+
+``loads`` of an indexed message rebuilds the stream with each indexed payload replaced by
+``NEXT_BUFFER`` (``READONLY_BUFFER`` after it for read-only ones) and unpickles it with
+those payloads passed as out-of-band buffers: views of the received allocation.  A NumPy
+array is rebuilt over the receive buffer, aligned, one copy end to end.  Only payloads
+that came from a ``PickleBuffer`` are indexed (its reconstructor takes any buffer, per
+protocol 5); ``bytes`` and ``bytearray`` objects stay what they are.
 
 Device arrays
 -------------
 CuPy arrays, Numba device arrays and simulated device arrays (types with a true
 ``__gpumpi_sim__``) are recognised by type: the array-library registry
-(:mod:`gpumpi._backends`, keyed by the top-level module of the type) names a
-backend that knows how to copy, allocate and convert such arrays, importing its
-library only when called.  Two ways out:
+(:mod:`gpumpi._backends`, keyed by the top-level module of the type) names a backend that
+knows how to copy, allocate and convert such arrays, importing its library only when
+called.  Two ways out:
 
-* ``dumps_parts(obj)`` (point-to-point): each device array becomes a placeholder in
-  the stream and is handed back, contiguous, to the caller, which sends it as a
-  message of its own through the buffer path (device to device).  The message is::
-
-      header  u32 magic "GMPD", u32 nbufs, u64 seq, u64 table length,
-              u64 stream length, u64 length of each buffer
-      table   pickled tuple of one spec per part: (backend, class, shape, dtype, order)
-      stream, pad + buffer ...   as above
-
-  ``seq`` numbers this process's messages with parts (their tag).  The receiver
-  reads the table (``parts_of``), allocates empty arrays (``alloc``), receives the
-  parts into them, and only then unpickles (``loads(buf, arrays)``).
+* ``dumps_parts(obj)`` (point-to-point): each device array becomes a placeholder
+  (``gpumpi._pickle._part(i)``) in the stream and is handed back, contiguous, to the
+  caller, which sends it as a message of its own through the buffer path (device to
+  device).  The trailer carries ``seq`` (this process's number for the message: the parts'
+  tag) and the table of specs ``(backend, class, shape, dtype, order)``.  The receiver
+  reads the table (``parts_of``), allocates empty arrays (``alloc``), receives the parts
+  into them, and only then unpickles (``loads(buf, arrays)``).  Such a message needs a
+  gpumpi receiver.
 * ``dumps(obj)`` (collectives, buffered sends): each device array is copied to host
-  memory and travels as an (out-of-band) host buffer; ``loads`` rebuilds it as a
-  device array of the same backend.
+  memory and travels as a host array; ``loads`` rebuilds it as a device array of the same
+  backend.
 
-Until a device backend is loaded (``cupy``, ``numba.cuda``, a simulated device) no
-device array can exist: both functions then take the plain ``pickle.dumps`` path.
-Otherwise they use reusable ``Pickler`` objects whose ``reducer_override`` (called
-only for objects of non-builtin types) spots the arrays.
+Until a device backend is loaded (``cupy``, ``numba.cuda``, a simulated device) no device
+array can exist, and the pickler has no ``reducer_override`` (which would be called for
+every object of a non-builtin type).
+
+``MPI.pickle``
+--------------
+:data:`PICKLE` is mpi4py's ``MPI.pickle``: a :class:`Pickle` whose protocol the messages
+use.  Given other ``dumps``/``loads`` functions (json, marshal, dill, ...), messages are
+exactly ``dumps(obj)`` and are read with ``loads``, as mpi4py does; no trailer, no parts.
 """
 
 from __future__ import annotations
@@ -53,31 +78,164 @@ import struct
 import sys
 
 from . import _backends
+from . import _config as _cfg
+from ._membuffer import buffer
 from .constants import TAG_UB_VALUE
 
-MAGIC = 0x35504D47  # "GMP5"
-MAGIC_PARTS = 0x44504D47  # "GMPD": the message has device parts
-_HDR = struct.Struct("<II")
-_HDR1 = struct.Struct("<IIQ")  # a message without out-of-band buffers
-_ZERO = bytes(64)
-#: Buffers at least this large travel out of band.
-THRESHOLD = 4096
+#: Last 8 bytes of an indexed message (never the end of a pickle stream: that is ``.``).
+MAGIC = b"\x00gpumpi\x05"
+_FOOT = struct.Struct("<QQQII8s")  # stream length, seq, table length, entries, flags, MAGIC
+_ENTRY = struct.Struct("<QQQ")  # header offset, data offset, length | readonly << 63
+F_PARTS = 1  # the message has device parts
+_RO = 1 << 63
+#: Payloads at least this large travel as segments of their own (CPython's pickle frame target).
+THRESHOLD = 65536
+_ALIGN = 64
+
+_NEXT_BUFFER, _READONLY_BUFFER = pickle.NEXT_BUFFER, pickle.READONLY_BUFFER
+_BYTEARRAY8, _BINBYTES, _BINBYTES8 = pickle.BYTEARRAY8[0], pickle.BINBYTES[0], pickle.BINBYTES8[0]
+_PB = pickle.PickleBuffer
 
 
-def dumps(obj, threshold: int = THRESHOLD):
-    """Serialise ``obj``; returns (list of buffers, total bytes).
+def _noop(n: int) -> bytes:
+    """``n`` (>= 2) bytes of opcodes that leave the unpickler's stack and memo as they were."""
+    if n % 2:
+        return b"K\x000" + b"N0" * ((n - 3) // 2)
+    return b"N0" * (n // 2)
 
-    Device arrays in ``obj`` are copied to host memory and rebuilt by :func:`loads`
-    as device arrays of the same backend (for collectives and buffered sends).
+
+_NOOPS = [b"", b""] + [_noop(n) for n in range(2, _ALIGN + 2)]
+
+
+# --- MPI.Pickle -----------------------------------------------------------------------------------
+
+_PY_DUMPS, _PY_LOADS = pickle.dumps, pickle.loads
+
+
+def _default_protocol() -> int:
+    p = _cfg.get().pickle_protocol
+    return pickle.HIGHEST_PROTOCOL if p is None else p
+
+
+class Pickle:
+    """Pickle/unpickle Python objects (mpi4py ``MPI.Pickle``).
+
+    Args:
+        dumps: serialiser ``dumps(obj[, protocol][, buffer_callback=])`` (default ``pickle.dumps``).
+        loads: deserialiser ``loads(data[, buffers=])`` (default ``pickle.loads``).
+        protocol: protocol passed to ``dumps`` (default: ``MPI4PY_PICKLE_PROTOCOL`` or the
+            highest, for ``pickle.dumps``; None: not passed, for other functions).
+        threshold: buffers at least this large go out of band in :meth:`dumps_oob`
+            (default ``MPI4PY_PICKLE_THRESHOLD`` or 256 KiB).
     """
-    if _seen_device or _device_possible():
-        stream, oob, _ = _dump(obj, threshold, None)
-        return _frame(MAGIC, (), stream, oob)
-    bufs, total, _ = dumps_parts(obj, threshold)  # no device array can exist: the same message
-    return bufs, total
+
+    def __init__(self, dumps=None, loads=None, protocol: int | None = None, threshold: int | None = None) -> None:
+        if dumps is None:
+            dumps = _PY_DUMPS
+        if loads is None:
+            loads = _PY_LOADS
+        if protocol is None and dumps is _PY_DUMPS:
+            protocol = _default_protocol()
+        if threshold is None:
+            threshold = _cfg.get().pickle_threshold
+        self._dumps = dumps
+        self._loads = loads
+        self._proto = protocol
+        self._thres = threshold
+
+    @property
+    def PROTOCOL(self) -> int | None:  # noqa: N802  (mpi4py's name)
+        """Protocol version."""
+        return self._proto
+
+    @PROTOCOL.setter
+    def PROTOCOL(self, protocol: int | None) -> None:  # noqa: N802
+        if protocol is None and self._dumps is _PY_DUMPS:
+            protocol = _default_protocol()
+        self._proto = protocol
+
+    @property
+    def THRESHOLD(self) -> int:  # noqa: N802
+        """Out-of-band threshold (bytes), for :meth:`dumps_oob`."""
+        return self._thres
+
+    @THRESHOLD.setter
+    def THRESHOLD(self, threshold: int | None) -> None:  # noqa: N802
+        self._thres = _cfg.get().pickle_threshold if threshold is None else threshold
+
+    def dumps(self, obj) -> bytes:
+        """Serialise ``obj`` to a pickle data stream."""
+        if self._proto is not None:
+            return self._dumps(obj, self._proto)
+        return self._dumps(obj)
+
+    def loads(self, data):
+        """Deserialise an object from a pickle data stream."""
+        return self._loads(data)
+
+    def dumps_oob(self, obj):
+        """Serialise ``obj`` to a pickle data stream and out-of-band buffers (protocol 5 or higher):
+        ``(data, [MPI.buffer, ...])``, buffers of at least :attr:`THRESHOLD` bytes out of band."""
+        protocol = self._proto
+        if protocol is None:
+            protocol = _default_protocol()
+        protocol = max(protocol, 5)
+        bufs: list = []
+        threshold = self._thres
+
+        def callback(pb):
+            raw = pb.raw()
+            b = buffer.frombuffer(raw, readonly=raw.readonly)
+            if len(b) >= threshold:
+                bufs.append(b)
+                return False
+            return True
+
+        return self._dumps(obj, protocol, buffer_callback=callback), bufs
+
+    def loads_oob(self, data, buffers):
+        """Deserialise an object from a pickle data stream and its out-of-band buffers."""
+        return self._loads(data, buffers=buffers)
+
+    def _custom(self) -> bool:
+        return self._dumps is not _PY_DUMPS or self._loads is not _PY_LOADS
+
+    def _protocol(self) -> int:
+        p = self._proto
+        if p is None:
+            return _default_protocol()
+        return pickle.HIGHEST_PROTOCOL if p < 0 else p
+
+    def __repr__(self) -> str:
+        return f"<gpumpi.MPI.Pickle protocol={self._proto} threshold={self._thres}>"
 
 
-def dumps_parts(obj, threshold: int = THRESHOLD):
+#: The object messages' pickler (mpi4py ``MPI.pickle``).
+PICKLE = Pickle()
+
+
+# --- messages ---------------------------------------------------------------------------------
+
+def dumps(obj):
+    """Serialise ``obj`` into one message; returns ``(list of buffers, total bytes)``.
+
+    Device arrays in ``obj`` are copied to host memory and rebuilt by :func:`loads` as
+    device arrays of the same backend (for collectives and buffered sends).
+    """
+    pk = PICKLE
+    if pk._custom():
+        data = pk.dumps(obj)
+        return [data], memoryview(data).nbytes
+    proto = pk._protocol()
+    dev = _seen_device or _device_possible()
+    if not dev:
+        data = _plain(obj, proto)
+        if data is not None:
+            return [data], len(data)
+    return _frame(_dump(obj, proto, dev, None), 0, (), 0)
+
+
+def dumps_parts(obj):
     """Serialise ``obj`` for point-to-point: ``(buffers, total bytes, parts)``.
 
     ``parts`` is None when ``obj`` holds no device array (the message is what
@@ -87,84 +245,120 @@ def dumps_parts(obj, threshold: int = THRESHOLD):
     with its own kernel first; simulated and Numba arrays are sent as they are, and
     the buffer path packs their elements, in C order, with the device pack kernels.
     """
-    if _seen_device or _device_possible():
-        return _dumps_device(obj, threshold)
-    oob: list = []
-
-    def cb(pb):
-        try:
-            raw = pb.raw()
-        except BufferError:
-            return True
-        if raw.nbytes < threshold:
-            return True
-        oob.append(raw)
-        return False
-
-    stream = pickle.dumps(obj, protocol=5, buffer_callback=cb)
-    if not oob:
-        return [_HDR1.pack(MAGIC, 0, len(stream)) + stream], 16 + len(stream), None
-    bufs, total = _frame(MAGIC, (), stream, oob)
-    return bufs, total, None
-
-
-def _dumps_device(obj, threshold: int):
+    pk = PICKLE
+    if pk._custom():
+        data = pk.dumps(obj)
+        return [data], memoryview(data).nbytes, None
+    proto = pk._protocol()
+    if not (_seen_device or _device_possible()):
+        data = _plain(obj, proto)
+        if data is not None:
+            return [data], len(data), None
+        bufs, total = _frame(_dump(obj, proto, False, None), 0, (), 0)
+        return bufs, total, None
     arrays: list = []
-    stream, oob, specs = _dump(obj, threshold, arrays)
+    sink = _dump(obj, proto, True, arrays)
     if not arrays:
-        if not oob:
-            return [_HDR1.pack(MAGIC, 0, len(stream)) + stream], 16 + len(stream), None
-        bufs, total = _frame(MAGIC, (), stream, oob)
+        bufs, total = _frame(sink, 0, (), 0)
         return bufs, total, None
     seq = next(_SEQ) & TAG_UB_VALUE
-    table = pickle.dumps(tuple(specs), protocol=5)
-    bufs, total = _frame(MAGIC_PARTS, (seq, len(table)), table + stream, oob, len(stream))
+    bufs, total = _frame(sink, seq, tuple(sink.specs), F_PARTS)
     return bufs, total, (seq, arrays)
 
 
-def _frame(magic: int, fields: tuple, body: bytes, oob: list, stream_len: int | None = None):
-    """Header (magic, nbufs, ``fields``, stream length, buffer lengths), body, aligned buffers."""
-    if not oob and not fields:
-        head = _HDR1.pack(magic, 0, len(body))
-        return [head + body], 16 + len(body)
-    lens = (*fields, len(body) if stream_len is None else stream_len, *[b.nbytes for b in oob])
-    head = _HDR.pack(magic, len(oob)) + struct.pack(f"<{len(lens)}Q", *lens)
-    parts = [head, body]
-    total = len(head) + len(body)
-    for b in oob:
-        pad = -total % 64
-        if pad:
-            parts.append(_ZERO[:pad])
-            total += pad
-        parts.append(b)
-        total += b.nbytes
-    return parts, total
+class _Large(Exception):
+    pass
+
+
+def _no_large(pb) -> bool:
+    if pb.raw().nbytes >= THRESHOLD:
+        raise _Large
+    return True  # in band
+
+
+def _plain(obj, proto: int):
+    """``pickle.dumps(obj, proto)`` when ``obj`` holds no buffer of :data:`THRESHOLD` bytes
+    or more (the stream needs no index), else None (the sink pickler's turn).  For small
+    objects this is the fast path: one C call, no pickler or sink of ours."""
+    if proto < 5:
+        return _PY_DUMPS(obj, proto)
+    try:
+        return _PY_DUMPS(obj, proto, buffer_callback=_no_large)
+    except _Large:
+        return None
+
+
+def _frame(sink, seq: int, specs: tuple, flags: int):
+    """The sink's segments, then the trailer when there is something to index."""
+    out, entries = sink.out, sink.entries
+    total = sink.off
+    if not entries and not flags:
+        return out, total
+    table = pickle.dumps(specs, protocol=5) if flags & F_PARTS else b""
+    trailer = [table]
+    for hdr, data, n, ro in entries:
+        trailer.append(_ENTRY.pack(hdr, data, n | _RO if ro else n))
+    trailer.append(_FOOT.pack(total, seq, len(table), len(entries), flags, MAGIC))
+    tail = b"".join(trailer)
+    out.append(tail)
+    return out, total + len(tail)
+
+
+def _trailer(mv: memoryview):
+    """``(stream length, seq, table view, entries, flags)`` of an indexed message, or None."""
+    n = mv.nbytes
+    if n < _FOOT.size or mv[n - 8 :] != MAGIC:
+        return None
+    slen, seq, tlen, k, flags, _ = _FOOT.unpack_from(mv, n - _FOOT.size)
+    if slen + tlen + k * _ENTRY.size + _FOOT.size != n:
+        return None
+    toff = slen
+    eoff = toff + tlen
+    entries = [_ENTRY.unpack_from(mv, eoff + i * _ENTRY.size) for i in range(k)]
+    return slen, seq, mv[toff:eoff], entries, flags
 
 
 def loads(buf, arrays=None):
-    """Rebuild the object from a received message (a bytearray or memoryview).
+    """Rebuild the object of a received message (a bytearray or memoryview).
 
-    A message with device parts needs ``arrays``, the parts received (see
-    :func:`alloc`); without them the result is a :class:`Pending` naming the parts.
+    An empty message is None.  A message with device parts needs ``arrays``, the parts
+    received (see :func:`alloc`); without them the result is a :class:`Pending` naming
+    the parts.
     """
     mv = memoryview(buf)
-    if mv.nbytes < 16:
-        raise ValueError(f"recv: object message too short ({mv.nbytes} bytes)")
-    magic, nb = _HDR.unpack_from(mv, 0)
-    if magic != MAGIC:
-        if magic == MAGIC_PARTS:
-            return _loads_parts(mv, nb, arrays)
-        raise ValueError("recv: not a gpumpi object message (bad magic); was it sent with an uppercase call?")
-    lens = struct.unpack_from(f"<{1 + nb}Q", mv, 8)
-    off = 8 + 8 * (1 + nb)
-    stream = mv[off : off + lens[0]]
-    off += lens[0]
-    bufs = []
-    for n in lens[1:]:
-        off += -off % 64
-        bufs.append(mv[off : off + n])
-        off += n
-    return pickle.loads(stream, buffers=bufs)
+    if mv.ndim != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    n = mv.nbytes
+    if not n:
+        return None
+    pk = PICKLE
+    if pk._dumps is not _PY_DUMPS or pk._loads is not _PY_LOADS:
+        return pk.loads(buffer.frombuffer(mv, readonly=mv.readonly))
+    if n < _FOOT.size or mv[n - 1] != 5:  # MAGIC ends with 5, a pickle stream with "."
+        return _PY_LOADS(mv)
+    t = _trailer(mv)
+    if t is None:
+        return _PY_LOADS(mv)
+    slen, seq, table, entries, flags = t
+    if flags & F_PARTS and arrays is None:
+        return Pending(seq, pickle.loads(table))
+    pieces, bufs, pos = [], [], 0
+    for hdr, data, n in entries:
+        ro = n & _RO
+        n &= ~_RO
+        if not pos <= hdr < data <= data + n <= slen:
+            raise ValueError(f"recv: malformed object message (payload at {data}, {n} bytes, stream {slen})")
+        pieces.append(mv[pos:hdr])
+        pieces.append(b"\x97\x98" if ro else b"\x97")  # NEXT_BUFFER [READONLY_BUFFER]
+        bufs.append(mv[data : data + n])
+        pos = data + n
+    pieces.append(mv[pos:slen])
+    stream = b"".join(pieces) if entries else mv[:slen]
+    if not flags & F_PARTS:
+        return pickle.loads(stream, buffers=bufs)
+    u = _PartsUnpickler(io.BytesIO(stream), buffers=bufs)
+    u.arrays = arrays
+    return u.load()
 
 
 class Pending:
@@ -182,35 +376,15 @@ class Pending:
 
 def parts_of(buf) -> Pending | None:
     """The device parts an object message announces, or None (a message without parts)."""
+    if PICKLE._custom():
+        return None
     mv = memoryview(buf)
-    if mv.nbytes < 32:
+    if mv.ndim != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    t = _trailer(mv)
+    if t is None or not t[4] & F_PARTS:
         return None
-    magic, nb = _HDR.unpack_from(mv, 0)
-    if magic != MAGIC_PARTS:
-        return None
-    seq, tlen = struct.unpack_from("<QQ", mv, 8)
-    off = 8 + 8 * (3 + nb)
-    return Pending(seq, pickle.loads(mv[off : off + tlen]))
-
-
-def _loads_parts(mv, nb: int, arrays):
-    if mv.nbytes < 8 + 8 * (3 + nb):
-        raise ValueError(f"recv: object message too short ({mv.nbytes} bytes, {nb} buffers)")
-    seq, tlen, slen, *lens = struct.unpack_from(f"<{3 + nb}Q", mv, 8)
-    off = 8 + 8 * (3 + nb)
-    if arrays is None:
-        return Pending(seq, pickle.loads(mv[off : off + tlen]))
-    off += tlen
-    stream = mv[off : off + slen]
-    off += slen
-    bufs = []
-    for n in lens:
-        off += -off % 64
-        bufs.append(mv[off : off + n])
-        off += n
-    u = _PartsUnpickler(io.BytesIO(stream), buffers=bufs)
-    u.arrays = arrays
-    return u.load()
+    return Pending(t[1], pickle.loads(t[2]))
 
 
 class _PartsUnpickler(pickle.Unpickler):
@@ -289,40 +463,77 @@ def _device_possible() -> bool:
     return False
 
 
-# --- the device-aware pickler -----------------------------------------------------------------
+# --- the pickler and its sink -----------------------------------------------------------------
 
 _SEQ = itertools.count(1)
 _UNSEEN = object()
 
 
 class _Sink:
-    __slots__ = ("write",)
+    """Where a pickler writes: the message's segments, and an entry per large ``PickleBuffer``
+    payload (which stays the object's own memory, 64-byte aligned in the message)."""
 
-    def __init__(self, write) -> None:
-        self.write = write
-
-
-class _Pickler(pickle.Pickler):
-    """A reusable protocol-5 pickler that swaps device arrays for placeholders
-    (``parts`` a list: the arrays are appended to it) or for host copies (``parts`` None)."""
+    __slots__ = ("out", "off", "entries", "specs")
 
     def __init__(self) -> None:
         self.out: list = []
-        self.oob: list = []
-        self.parts = None
+        self.off = 0
+        self.entries: list = []
         self.specs: list = []
-        self.threshold = THRESHOLD
-        super().__init__(_Sink(self.out.append), protocol=5, buffer_callback=self._buffer)
 
-    def _buffer(self, pb):
-        try:
-            raw = pb.raw()
-        except BufferError:
-            return True
-        if raw.nbytes < self.threshold:
-            return True
-        self.oob.append(raw)
-        return False
+    def write(self, b) -> None:
+        if type(b) is _PB:
+            self._payload(b)
+            return
+        self.out.append(b)
+        self.off += len(b)
+
+    def _payload(self, pb) -> None:
+        raw = pb.raw()  # contiguous (the pickler refused it otherwise): its bytes in memory order
+        n = raw.nbytes
+        ro = raw.readonly
+        out = self.out
+        if ro:
+            op, hl = (_BINBYTES, 5) if n <= 0xFFFFFFFF else (_BINBYTES8, 9)
+        else:
+            op, hl = _BYTEARRAY8, 9
+        prev = out[-1] if out else b""
+        if (len(prev) >= hl and prev[-hl] == op
+                and int.from_bytes(prev[len(prev) - hl + 1 :], "little") == n):
+            hdr = self.off - hl
+            pad = -(hdr + hl) % _ALIGN
+            if pad == 1:
+                pad += _ALIGN
+            if pad:  # no-op opcodes before the header, outside any frame
+                out[-1] = memoryview(prev)[:-hl]
+                out.append(_NOOPS[pad])
+                out.append(prev[-hl:])
+                self.off += pad
+                hdr += pad
+            self.entries.append((hdr, hdr + hl, n, ro))
+        out.append(raw)
+        self.off += n
+
+
+class _Pickler(pickle.Pickler):
+    """A protocol-``proto`` pickler writing to a fresh :class:`_Sink` per message."""
+
+    def __init__(self, proto: int) -> None:
+        self.sink = _Sink()
+        self.proto = proto
+        super().__init__(self, protocol=proto)
+
+    def write(self, b) -> None:  # the file the C pickler writes to: the current sink
+        self.sink.write(b)
+
+
+class _DevicePickler(_Pickler):
+    """Swaps device arrays for placeholders (``parts`` a list: the arrays are appended to
+    it) or for host copies (``parts`` None)."""
+
+    def __init__(self, proto: int) -> None:
+        self.parts = None
+        super().__init__(proto)
 
     def reducer_override(self, obj):
         tp = type(obj)
@@ -337,32 +548,32 @@ class _Pickler(pickle.Pickler):
             return _from_host, (kind, cls, be.to_host(obj))
         a, order = be.contiguous(obj)
         self.parts.append(a)
-        self.specs.append((kind, cls, tuple(obj.shape), obj.dtype, order))
+        self.sink.specs.append((kind, cls, tuple(obj.shape), obj.dtype, order))
         return _part, (len(self.parts) - 1,)
 
 
-_idle: list = []  # picklers not in use (list.pop/append are atomic: threads and nesting are safe)
+_idle: dict = {}  # (device-aware, protocol) -> picklers not in use (list.pop/append are atomic)
 
 
-def _dump(obj, threshold: int, parts):
-    """Pickle with an idle device-aware pickler: ``(stream, out-of-band buffers, specs)``."""
+def _dump(obj, proto: int, dev: bool, parts) -> _Sink:
+    """Pickle ``obj`` with an idle pickler; returns its sink."""
+    key = (dev, proto)
+    pool = _idle.get(key)
+    if pool is None:
+        pool = _idle.setdefault(key, [])
     try:
-        p = _idle.pop()
+        p = pool.pop()
     except IndexError:
-        p = _Pickler()
-    p.threshold = threshold
-    p.parts = parts
-    out, oob, specs = p.out, p.oob, p.specs
+        p = _DevicePickler(proto) if dev else _Pickler(proto)
+    sink = p.sink = _Sink()
+    if dev:
+        p.parts = parts
     try:
         p.dump(obj)
-        stream = out[0] if len(out) == 1 else b"".join(out)
     finally:
         p.clear_memo()  # the memo holds the objects pickled
-        p.parts = None
-        out.clear()
-        if oob:
-            p.oob = []
-        if specs:
-            p.specs = []
-        _idle.append(p)
-    return stream, oob, specs
+        p.sink = None
+        if dev:
+            p.parts = None
+        pool.append(p)
+    return sink

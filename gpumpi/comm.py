@@ -22,7 +22,9 @@ handler before they are raised.
 from __future__ import annotations
 
 import struct
+import warnings
 
+from . import _commctx
 from . import _objects
 from . import _p2p
 from . import _pickle
@@ -75,6 +77,23 @@ STANDARD, SYNCHRONOUS, READY, BUFFERED = _p2p.STANDARD, _p2p.SYNCHRONOUS, _p2p.R
 _msg = _p2p._msg
 
 
+def _is_integral(obj) -> bool:
+    """An integer, not a sequence that happens to convert to one (mpi4py ``is_integral``)."""
+    if not hasattr(type(obj), "__index__"):
+        return False
+    try:
+        len(obj)
+    except TypeError:
+        pass
+    else:
+        return False
+    try:
+        obj.__index__()
+    except TypeError:
+        return False
+    return True
+
+
 class Comm(Handle):
     """Communication context (MPI_Comm)."""
 
@@ -82,6 +101,11 @@ class Comm(Handle):
                  "_rw", "__weakref__")
     _hnull = 0x04000000
     _htable = Table("Comm", 0)
+
+    def __new__(cls, comm: "Comm | None" = None):
+        # mpi4py's Comm.__new__ takes the communicator to copy (subclasses such as
+        # mpi4py.util.pkl5.Comm call it so); the copy itself is __init__'s
+        return super().__new__(cls)
 
     def __init__(self, comm: "Comm | None" = None) -> None:
         if comm is None:
@@ -313,6 +337,7 @@ class Comm(Handle):
         if self._ctx in (0, 4):
             raise error(ERR_COMM, f"Comm.Free: cannot free a predefined communicator ({self._name})")
         eng = _rt.ENGINE
+        _commctx.forget(self._ctx)  # its lock table and private duplicate (mpi4py's attributes)
         for c in (self._ctx, self._ctx + 1, self._ctx + 2, self._ctx + 3):
             eng.matcher.drop_context(c)
         Comm._htable.live.pop(self._hval(), None)
@@ -747,13 +772,33 @@ class Comm(Handle):
         tag = self._stag(tag, call)
         return _objects.isend(obj, dest, self._w, self._rank, tag, self._ctx, mode, call, self._bpool)
 
-    def _orecv(self, source, tag, call, watch: bool = False):
-        """Post the receive of an object message; ``watch``: post its parts' receives on arrival."""
+    def _orecv(self, source, tag, call, watch: bool = False, mem=None):
+        """Post the receive of an object message (into host bytes ``mem``; None: sized by the
+        message); ``watch``: post its parts' receives on arrival."""
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
         if source == PROC_NULL:
             return None
-        return _objects.irecv(self._src(source, call), self._rtag(tag, call), self._w, self._ctx, call, watch)
+        return _objects.irecv(self._src(source, call), self._rtag(tag, call), self._w, self._ctx, call, watch, mem)
+
+    @staticmethod
+    def _obuf(buf, call: str):
+        """mpi4py's receive buffer argument of recv/irecv: an int (that many bytes are
+        allocated) or a writable buffer; the message must fit (else ERR_TRUNCATE)."""
+        if _is_integral(buf):
+            n = buf.__index__()
+            if n < 0:
+                raise ValueError(f"{call}: negative buffer size ({n})")
+            return memoryview(bytearray(n))
+        try:
+            mv = memoryview(buf)
+        except TypeError:
+            raise TypeError(f"{call}: buf must be an int or a writable buffer ({type(buf).__name__})") from None
+        if mv.readonly:
+            raise BufferError(f"{call}: buf is read-only ({type(buf).__name__})")
+        if not mv.c_contiguous:
+            raise BufferError(f"{call}: buf is not C-contiguous ({type(buf).__name__})")
+        return mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv
 
     def _oload(self, x, call: str, pend=None):
         return _objects.load(x, call, self._w, self._ctx, pend)
@@ -811,34 +856,52 @@ class Comm(Handle):
             self._raise(e)
 
     def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
-        """Receive a Python object (MPI_Recv).  ``buf`` is accepted for mpi4py compatibility;
-        gpumpi sizes the receive from the message, so it is never needed."""
+        """Receive a Python object (MPI_Recv of its pickle); an empty message is None.
+
+        gpumpi sizes the receive from the message.  ``buf`` (deprecated, as in mpi4py: it
+        warns) receives into that many bytes (an int) or into a writable buffer instead; a
+        larger message fails with ERR_TRUNCATE.
+        """
         try:
-            x = self._orecv(source, tag, "recv")
+            mem = None
+            if buf is not None:
+                warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=2)
+                if source != PROC_NULL:
+                    mem = self._obuf(buf, "recv")
+            x = self._orecv(source, tag, "recv", False, mem)
             self._wait(x, status, "recv")
             if x is None:
                 return None
-            obj = _pickle.loads(x.mem)
+            obj = _pickle.loads(_objects.body(x))
             return self._oload(x, "recv", obj) if type(obj) is _pickle.Pending else obj
         except MPIException as e:
             self._raise(e)
 
     def irecv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Nonblocking receive of a Python object (MPI_Irecv); ``wait()`` returns it, its device
-        arrays received."""
+        arrays received.  ``buf``: receive into that many bytes (an int) or into a writable
+        buffer instead of an allocation sized by the message (a larger message fails with
+        ERR_TRUNCATE)."""
         try:
-            x = self._orecv(source, tag, "irecv", True)
+            mem = None if buf is None or source == PROC_NULL else self._obuf(buf, "irecv")
+            x = self._orecv(source, tag, "irecv", True, mem)
             if x is None:
                 return Request._of(done_xfer(), self, None)
-            return Request._of(_objects.whole(x, True, self._w, self._ctx), self, lambda _o: self._oload(x, "irecv"))
+            return Request._of(_objects.whole(x, True, self._w, self._ctx), self, lambda _o: self._oload(x, "irecv"),
+                               buf)
         except MPIException as e:
             self._raise(e)
 
     def sendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
                  recvtag: int = ANY_TAG, status: Status | None = None):
-        """Send and receive Python objects (MPI_Sendrecv)."""
+        """Send and receive Python objects (MPI_Sendrecv); ``recvbuf`` as ``buf`` of :meth:`recv`."""
         try:
-            r = self._orecv(source, recvtag, "sendrecv", True)  # the peer's parts may wait on ours
+            mem = None
+            if recvbuf is not None:
+                warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=2)
+                if source != PROC_NULL:
+                    mem = self._obuf(recvbuf, "sendrecv")
+            r = self._orecv(source, recvtag, "sendrecv", True, mem)  # the peer's parts may wait on ours
             s = self._osend(sendobj, dest, sendtag, STANDARD, "sendrecv")
             self._wait(s, None, "sendrecv")
             self._wait(r, status, "sendrecv")
@@ -1055,23 +1118,27 @@ class Intracomm(Comm):
             call = "bcast"
             self._check(call)
             root = self._root(root, call)
-            tag = self._ctag()
-            if self._rank == root:
-                bufs, _n = _pickle.dumps(obj)
-                data = memoryview(b"".join(bufs))
-                self._tree(root, None, lambda dst: self._csend(data, dst, tag, call))
-                return obj if self._size == 1 else _pickle.loads(bytearray(data))
-            got = []
-
-            def recv(src):
-                x = self._crecv(None, src, tag, call)
-                got.append(x)
-                return x
-
-            self._tree(root, recv, lambda dst: self._csend(memoryview(got[0].mem), dst, tag, call))
-            return _pickle.loads(got[0].mem)
+            with _commctx.lock(self, "bcast"):  # threads sharing the communicator: one bcast at a time
+                return self._bcast(obj, root, call)
         except MPIException as e:
             self._raise(e)
+
+    def _bcast(self, obj, root: int, call: str):
+        tag = self._ctag()
+        if self._rank == root:
+            bufs, _n = _pickle.dumps(obj)
+            data = memoryview(b"".join(bufs))
+            self._tree(root, None, lambda dst: self._csend(data, dst, tag, call))
+            return obj if self._size == 1 else _pickle.loads(bytearray(data))
+        got = []
+
+        def recv(src):
+            x = self._crecv(None, src, tag, call)
+            got.append(x)
+            return x
+
+        self._tree(root, recv, lambda dst: self._csend(memoryview(got[0].mem), dst, tag, call))
+        return _pickle.loads(got[0].mem)
 
     def Create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag: int = 0):
         """Create an intercommunicator (MPI_Intercomm_create)."""

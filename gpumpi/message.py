@@ -89,13 +89,44 @@ class Message(Handle):
 
     def _take(self, call: str):
         if self._noproc:
-            self._noproc = False
+            if self is not MESSAGE_NO_PROC:  # the predefined handle stays what it is (mpi4py)
+                self._noproc = False
             return None
         if self._arr is None:
             raise error(ERR_REQUEST, f"{call}: null message (MESSAGE_NULL)")
         a, comm = self._arr, self._comm
         self._arr = None
         return a, comm
+
+    def _as(self, cls) -> "Message":
+        if type(self) is cls:
+            return self
+        m = cls.__new__(cls)
+        m._arr, m._comm, m._noproc = self._arr, self._comm, self._noproc
+        return m
+
+    # --- matching probes (class forms) ----------------------------------------------------
+    @classmethod
+    def Probe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":
+        """Blocking matched probe on ``comm`` (MPI_Mprobe)."""
+        return comm.Mprobe(source, tag, status)._as(cls)
+
+    @classmethod
+    def Iprobe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
+        """Nonblocking matched probe on ``comm`` (MPI_Improbe); None when nothing matches."""
+        m = comm.Improbe(source, tag, status)
+        return None if m is None else m._as(cls)
+
+    @classmethod
+    def probe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":
+        """Blocking matched probe for an object message on ``comm`` (MPI_Mprobe)."""
+        return comm.mprobe(source, tag, status)._as(cls)
+
+    @classmethod
+    def iprobe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
+        """Nonblocking matched probe for an object message on ``comm`` (MPI_Improbe)."""
+        m = comm.improbe(source, tag, status)
+        return None if m is None else m._as(cls)
 
     def _post(self, buf, call: str, stream=None):
         t = self._take(call)

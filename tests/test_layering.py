@@ -20,13 +20,13 @@ LAYERS = {
     0: ["constants", "errors", "_config", "_version", "_handles"],
     1: ["_matching", "_protocol", "group", "status", "info", "datatypes", "datatypes._core",
         "datatypes.predefined", "collectives", "ga._layout"],
-    2: ["_device", "_backends", "_memfd", "_arrays", "_buffers", "_pickle", "_pool", "datatypes.plan",
+    2: ["_device", "_backends", "_memfd", "_arrays", "_buffers", "_membuffer", "_pickle", "_pool", "datatypes.plan",
         "datatypes.numpy_dtype"],
     3: ["kernels"],
     4: ["ipc", "_bootstrap"],
-    5: ["_progress", "_runtime", "request", "_p2p", "_objects", "message", "_partitioned", "comm", "MPI", "op",
-        "win", "file", "session", "_nullobj", "collectives._execute"],
-    6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util", "_mpi4py", "_shim"],
+    5: ["_progress", "_runtime", "request", "_p2p", "_objects", "message", "_partitioned", "_commctx", "comm", "MPI",
+        "op", "_mpi4py", "win", "file", "session", "_nullobj", "collectives._execute"],
+    6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util", "_shim"],
 }
 
 #: modules L1 may not import (pure core: no clock, no environment, no processes, no arrays)

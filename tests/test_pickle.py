@@ -1,9 +1,9 @@
-"""Tests for gpumpi._pickle (pickle protocol 5 messages with out-of-band buffers).
+"""Tests for gpumpi._pickle (object messages: pickle streams, indexed for zero-copy receipt).
 
-Expectations from the module docstring: the message is header + stream + (pad +
-buffer)*; out-of-band buffers are the objects' own memory (not copies) and start at
-multiples of 64 bytes in the message; ``loads`` rebuilds arrays as views of the
-received allocation.  Device arrays (here the simulated ``SimDeviceArray``) become
+Expectations from the module docstring: a message is a pickle stream that plain
+``pickle.loads`` reads (mpi4py's wire form), plus a trailer indexing its large payloads;
+those payloads are the objects' own memory (not copies) and start at multiples of 64
+bytes in the message; ``loads`` rebuilds arrays as views of the received allocation.  Device arrays (here the simulated ``SimDeviceArray``) become
 placeholders and parts (``dumps_parts``) or host copies rebuilt on the device (``dumps``).
 """
 
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumpi import _pickle
-from gpumpi._pickle import (MAGIC, MAGIC_PARTS, THRESHOLD, Pending, alloc, dumps, dumps_parts, loads, part_nbytes,
+from gpumpi._pickle import (MAGIC, THRESHOLD, Pending, Pickle, alloc, dumps, dumps_parts, loads, part_nbytes,
                             parts_of)
 
 
@@ -79,68 +79,84 @@ def make(dtype, n, seed=0):
     return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
 
 
-# --- header / framing -------------------------------------------------------------------
+# --- wire form: a pickle stream, indexed ---------------------------------------------------
 
 
-def test_small_object_single_part():
+def trailer(msg):
+    """(stream length, seq, table length, [(header, data, length, readonly)], flags), walking
+    the documented layout independently of the module."""
+    msg = bytes(msg)
+    assert msg.endswith(MAGIC)
+    slen, seq, tlen, k, flags, magic = struct.unpack_from("<QQQII8s", msg, len(msg) - 40)
+    assert magic == MAGIC and slen + tlen + 24 * k + 40 == len(msg)
+    entries = []
+    for i in range(k):
+        hdr, data, n = struct.unpack_from("<QQQ", msg, slen + tlen + 24 * i)
+        entries.append((hdr, data, n & ~(1 << 63), bool(n >> 63)))
+    return slen, seq, tlen, entries, flags
+
+
+def test_small_object_is_the_plain_pickle():
     obj = {"a": 1, "b": [1, 2, 3], "c": "text"}
     parts, total = dumps(obj)
     assert len(parts) == 1
+    assert bytes(parts[0]) == pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)  # what mpi4py sends
     assert total == len(parts[0])
-    magic, nb, slen = struct.unpack_from("<IIQ", parts[0])
-    assert magic == MAGIC and nb == 0 and slen == total - 16
     assert loads(concat(parts)) == obj
 
 
+@pytest.mark.parametrize("proto", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_plain_pickles_of_every_protocol_are_messages(proto):
+    obj = [None, 1.5, "x" * 100, (1, 2), {"k": b"v" * 70000}, np.arange(10_000.0)]
+    got = loads(bytearray(pickle.dumps(obj, proto)))
+    assert equal(got[:5], obj[:5]) and np.array_equal(got[5], obj[5])
+
+
+def test_empty_message_is_none():
+    assert loads(b"") is None
+    assert loads(bytearray()) is None
+    assert loads(memoryview(b"")) is None
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_large_arrays_out_of_band(dtype):
+def test_large_arrays_are_segments_of_their_own_memory(dtype):
     a = make(dtype, (1 << 20) // np.dtype(dtype).itemsize + 3)  # >= 1 MiB
     b = make(dtype, 5000, seed=1)
     obj = {"meta": ("x", 3.5, None), "a": a, "nested": [b, {"again": a[:10]}]}
     parts, total = dumps(obj)
     assert len(parts) > 2
     assert total == sum(memoryview(p).nbytes for p in parts)
-    # the out-of-band segments are the arrays' own memory, not copies
+    # the large segments are the arrays' own memory, not copies
     addrs = {addr(p) for p in parts}
     assert a.ctypes.data in addrs
-    if b.nbytes >= THRESHOLD:
-        assert b.ctypes.data in addrs
-    # header: magic, number of buffers, stream length, buffer lengths
-    head = memoryview(parts[0]).cast("B")
-    magic, nb = struct.unpack_from("<II", head)
-    assert magic == MAGIC
-    lens = struct.unpack_from(f"<{1 + nb}Q", head, 8)
-    assert a.nbytes in lens[1:]
-    # stream + buffers + pad is the whole message: a is not also in the stream
-    assert total < a.nbytes + (b.nbytes if b.nbytes >= THRESHOLD else 0) + 64 * (nb + 1) + 4096
-    back = loads(concat(parts))
-    assert equal(back, obj)
+    assert (b.ctypes.data in addrs) == (b.nbytes >= THRESHOLD)
+    # a is in the message once, and the index names it
+    assert total < a.nbytes + b.nbytes + 64 * 4 + 4096
+    slen, _seq, tlen, entries, flags = trailer(concat(parts))
+    assert flags == 0 and tlen == 0 and a.nbytes in [e[2] for e in entries]
+    msg = concat(parts)
+    # a receiver without gpumpi (mpi4py: pickle.loads) reads it; so does the pure-Python
+    # unpickler, which checks the frames
+    for back in (loads(msg), pickle.loads(msg), pickle._loads(bytes(msg))):
+        assert equal(back, obj)
 
 
-def test_oob_buffers_start_at_multiples_of_64():
-    arrs = [make(np.float64, n, seed=n) for n in (1000, 777, 4096, 513)]  # all >= 4 KiB
+def test_payloads_start_at_multiples_of_64():
+    arrs = [make(np.float64, n, seed=n) for n in (10000, 8777, 40961, 8193)]  # all >= 64 KiB
     obj = ["odd length prefix" * 3, *arrs]
     parts, total = dumps(obj)
-    head = memoryview(parts[0]).cast("B")
-    _, nb = struct.unpack_from("<II", head)
-    assert nb == len(arrs)
-    lens = struct.unpack_from(f"<{1 + nb}Q", head, 8)
-    # walk the documented layout independently
-    off = 8 + 8 * (1 + nb) + lens[0]
-    offsets = []
-    for n in lens[1:]:
-        off += -off % 64
-        offsets.append(off)
-        off += n
-    assert off == total
     msg = concat(parts)
-    for o, a in zip(offsets, arrs):
-        assert o % 64 == 0
-        assert bytes(msg[o : o + a.nbytes]) == a.tobytes()
+    slen, _, _, entries, _ = trailer(msg)
+    assert len(entries) == len(arrs)
+    for (hdr, data, n, ro), a in zip(entries, arrs):
+        assert data % 64 == 0 and n == a.nbytes and not ro
+        assert msg[hdr] == pickle.BYTEARRAY8[0] and int.from_bytes(msg[hdr + 1 : data], "little") == n
+        assert bytes(msg[data : data + n]) == a.tobytes()
+    assert slen <= total
 
 
 def test_loaded_arrays_are_aligned_views_of_the_message():
-    arrs = [make(dt, 3000, seed=i) for i, dt in enumerate(DTYPES)]
+    arrs = [make(dt, 3000, seed=i) for i, dt in enumerate(DTYPES)] + [make(np.float64, 10000)]
     parts, total = dumps(arrs)
     msg = concat_aligned(parts, total)
     base = np.frombuffer(msg, np.uint8).ctypes.data
@@ -166,18 +182,29 @@ def test_loaded_from_bytearray_aligned_and_writable():
     assert back[0] == 0
 
 
-def test_threshold_boundary():
+def test_read_only_arrays_stay_read_only():
+    a = make(np.int64, 20000)
+    a.flags.writeable = False
+    parts, _ = dumps([a])
+    msg = concat(parts)
+    (_hdr, _data, n, ro), = trailer(msg)[3]
+    assert ro and n == a.nbytes
+    back = loads(msg)[0]
+    assert equal(back, a) and not back.flags.writeable
+
+
+@pytest.mark.parametrize("device_possible", [False, True])
+def test_threshold_boundary(monkeypatch, device_possible):
+    monkeypatch.setattr(_pickle, "_seen_device", device_possible)
+    monkeypatch.setattr(_pickle, "_device_possible", lambda: device_possible)
     at = np.zeros(THRESHOLD, np.uint8)
     below = np.zeros(THRESHOLD - 1, np.uint8)
     p_at, _ = dumps(at)
     p_below, _ = dumps(below)
     assert len(p_at) > 2 and at.ctypes.data in {addr(p) for p in p_at}
-    assert len(p_below) == 1
+    assert bytes(concat(p_below)) == pickle.dumps(below, 5)  # in band: the plain pickle, no index
     assert equal(loads(concat(p_at)), at)
     assert equal(loads(concat(p_below)), below)
-    # custom threshold
-    p_custom, _ = dumps(below, threshold=16)
-    assert below.ctypes.data in {addr(p) for p in p_custom}
 
 
 def test_fortran_and_noncontiguous_round_trip():
@@ -192,8 +219,9 @@ def test_fortran_and_noncontiguous_round_trip():
     assert back["f"].flags.f_contiguous
     assert back["t"].flags.f_contiguous
     assert np.array_equal(back["nc"], nc)
-    # the F-contiguous array travelled out of band, as its own memory
+    # the F-contiguous array travelled as its own memory
     assert f.ctypes.data in {addr(p) for p in parts}
+    assert equal(pickle.loads(concat(parts)), obj)
 
 
 def test_zero_size_and_scalar_arrays():
@@ -203,13 +231,14 @@ def test_zero_size_and_scalar_arrays():
 
 
 def test_bytes_like_objects():
-    big = bytearray(range(256)) * 64
-    obj = [b"small", bytes(range(200)) * 100, big, pickle.PickleBuffer(big)]
+    big = bytearray(range(256)) * 300
+    obj = [b"small", bytes(range(200)) * 400, big, pickle.PickleBuffer(big)]
     parts, _ = dumps(obj)
+    assert big in [p for p in parts if type(p) is bytearray]  # sent from where it is
     back = loads(concat(parts))
     assert back[0] == b"small"
-    assert back[1] == obj[1]
-    assert back[2] == big
+    assert back[1] == obj[1] and type(back[1]) is bytes
+    assert back[2] == big and type(back[2]) is bytearray
     assert bytes(back[3]) == bytes(big)
 
 
@@ -226,7 +255,7 @@ def test_bytes_like_objects():
             st.builds(
                 lambda dt, n, seed: make(dt, n, seed),
                 st.sampled_from(DTYPES),
-                st.sampled_from([0, 1, 7, 600, 1100, 5000]),
+                st.sampled_from([0, 1, 7, 600, 1100, 5000, 9000, 70000]),
                 st.integers(0, 5),
             ),
         ),
@@ -244,25 +273,72 @@ def test_round_trip_property(obj):
     assert equal(loads(concat(parts)), obj)
     assert equal(loads(memoryview(concat(parts))), obj)
     assert equal(loads(concat_aligned(parts, total)), obj)
+    assert equal(pickle.loads(concat(parts)), obj)  # what mpi4py reads
 
 
-def test_bad_magic_raises():
-    parts, _ = dumps([1, 2, 3])
+def test_malformed_messages_raise():
+    with pytest.raises(pickle.UnpicklingError):
+        loads(bytearray(64))  # zeros: not a pickle
+    parts, _ = dumps([np.arange(20000.0)])
     msg = concat(parts)
-    msg[0] ^= 0xFF
-    with pytest.raises(ValueError):
-        loads(msg)
-    with pytest.raises(ValueError):
-        loads(bytearray(64))  # zeros: wrong magic
-    with pytest.raises(ValueError):
-        loads(pickle.dumps([1, 2, 3]))  # a plain pickle is not a gpumpi message
+    slen, _, _, [(hdr, data, n, ro)], _ = trailer(msg)
+    bad = bytearray(msg)
+    struct.pack_into("<Q", bad, slen + 8, slen + 100)  # the payload's data offset past the stream
+    with pytest.raises(ValueError, match="malformed"):
+        loads(bad)
+    cut = bytearray(msg[:-1]) + b"\x06"  # not the magic: a plain stream, whose trailer is ignored
+    assert np.array_equal(loads(cut)[0], np.arange(20000.0))
 
 
-def test_too_short_raises():
-    with pytest.raises(ValueError):
-        loads(b"")
-    with pytest.raises(ValueError):
-        loads(struct.pack("<II", MAGIC, 0))
+# --- MPI.Pickle -------------------------------------------------------------------------------
+
+
+def test_pickle_class_defaults_and_setters():
+    p = Pickle()
+    assert p.PROTOCOL == pickle.HIGHEST_PROTOCOL and p.THRESHOLD == 262144
+    assert p.loads(p.dumps([1, "a"])) == [1, "a"]
+    p.PROTOCOL = 2
+    assert p.dumps(7) == pickle.dumps(7, 2)
+    p.PROTOCOL = None
+    assert p.PROTOCOL == pickle.HIGHEST_PROTOCOL
+    p.THRESHOLD = 10
+    assert p.THRESHOLD == 10
+    p.THRESHOLD = None
+    assert p.THRESHOLD == 262144
+    import json
+
+    j = Pickle(lambda o: json.dumps(o).encode(), lambda s: json.loads(bytes(s)))
+    assert j.PROTOCOL is None and j.dumps([1]) == b"[1]" and j.loads(b"[1]") == [1]
+
+
+def test_pickle_dumps_oob():
+    from gpumpi._membuffer import buffer
+
+    p = Pickle(threshold=1000)
+    a, small = np.arange(1000.0), np.arange(10.0)
+    data, bufs = p.dumps_oob({"a": a, "s": small})
+    assert len(bufs) == 1 and type(bufs[0]) is buffer and bufs[0].address == a.ctypes.data
+    assert len(bufs[0]) == a.nbytes
+    back = p.loads_oob(data, bufs)
+    assert np.array_equal(back["a"], a) and np.array_equal(back["s"], small)
+    assert not bufs[0].readonly  # as the array is
+    data, bufs = Pickle(protocol=2, threshold=0).dumps_oob(a)  # out of band needs protocol 5: raised to it
+    assert data[1] == 5 and len(bufs) == 1
+
+
+def test_messages_follow_mpi_pickle(monkeypatch):
+    import json
+
+    custom = Pickle(lambda o: json.dumps(o).encode(), lambda s: json.loads(s.tobytes()))
+    monkeypatch.setattr(_pickle, "PICKLE", custom)
+    parts, total = dumps({"a": [1, 2]})
+    assert parts == [b'{"a": [1, 2]}'] and total == 13
+    bufs, total, parts = dumps_parts([1, None])
+    assert bufs == [b"[1, null]"] and parts is None
+    assert loads(bytearray(b'{"b": 3}')) == {"b": 3}
+    assert loads(b"") is None
+    monkeypatch.setattr(_pickle, "PICKLE", Pickle(protocol=2))
+    assert bytes(dumps(np.arange(3))[0][0]) == pickle.dumps(np.arange(3), 2)
 
 
 # --- device arrays ------------------------------------------------------------------------
@@ -276,7 +352,8 @@ def sim(a):
 
 def test_host_objects_same_bytes_with_or_without_a_device(monkeypatch):
     # the plain path (no device array can exist) and the device-aware pickler agree byte for byte
-    objs = [{"a": [1, 2.5, "x"], "b": None}, {"arr": np.arange(3000.0), "small": np.arange(3), "t": (1, b"x")}]
+    objs = [{"a": [1, 2.5, "x"], "b": None}, {"arr": np.arange(3000.0), "small": np.arange(3), "t": (1, b"x")},
+            {"big": np.arange(10_000.0), "f": np.asfortranarray(np.ones((100, 100)))}]
     monkeypatch.setattr(_pickle, "_seen_device", False)
     monkeypatch.setattr(_pickle, "_device_possible", lambda: False)
     plain = [(concat(dumps(o)[0]), dumps_parts(o)) for o in objs]
@@ -297,7 +374,7 @@ def test_device_arrays_become_parts():
     small = sim(np.arange(3, dtype=np.int32))
     nc = sim(np.arange(40.0).reshape(5, 8))[::2, 1:7:2]
     empty = SimDeviceArray.empty((0, 2), np.int8)
-    host = np.arange(5000.0)
+    host = np.arange(10_000.0)
     obj = {"big": big, "small": small, "nc": nc, "again": small, "empty": empty, "host": host, "n": 1}
     bufs, total, parts = dumps_parts(obj)
     seq, arrays = parts
@@ -307,8 +384,8 @@ def test_device_arrays_become_parts():
     assert arrays[2] is nc and nc.__cuda_array_interface__["strides"] is not None
     msg = concat(bufs)
     assert total == len(msg) < host.nbytes + 4096  # the device bytes are not in the message
-    assert struct.unpack_from("<IIQ", msg)[:3] == (MAGIC_PARTS, 1, seq)
-    assert addr(bufs[-1]) == host.ctypes.data  # host arrays still travel out of band
+    assert trailer(msg)[1] == seq and trailer(msg)[4] == _pickle.F_PARTS
+    assert host.ctypes.data in {addr(b) for b in bufs}  # host arrays still travel as their own memory
     pend = loads(msg)
     assert isinstance(pend, Pending) and pend.seq == seq
     assert parts_of(msg).seq == seq and parts_of(concat(dumps({"a": 1})[0])) is None
@@ -334,8 +411,8 @@ def test_dumps_sends_device_arrays_through_host_memory():
     obj = {"big": sim(np.arange(100_000.0)), "nc": sim(np.arange(12.0).reshape(3, 4))[:, ::2],
            "small": sim(np.arange(3, dtype=np.int16))}
     bufs, total = dumps(obj)
-    assert struct.unpack_from("<I", concat(bufs))[0] == MAGIC
-    assert 800_000 in [memoryview(b).nbytes for b in bufs]  # the host copy travels out of band
+    assert trailer(concat(bufs))[4] == 0  # no parts
+    assert 800_000 in [memoryview(b).nbytes for b in bufs]  # the host copy travels as a segment
     for back in (loads(concat(bufs)), loads(concat_aligned(bufs, total))):
         assert all(type(back[k]) is SimDeviceArray for k in obj)
         assert np.array_equal(back["big"].get(), np.arange(100_000.0))

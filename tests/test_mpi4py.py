@@ -1,0 +1,81 @@
+"""gpumpi.MPI under the mpi4py shim (``gpumpirun --mpi4py``, gpumpi._mpi4py).
+
+It honours ``mpi4py.rc`` at import, as mpi4py.MPI does (one-rank jobs that set
+``mpi4py.rc`` before ``from mpi4py import MPI`` and print what MPI reports), and the
+installed ``mpi4py.util.pkl5`` runs on it, at 1-3 ranks.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("mpi4py")  # the shim runs the installed mpi4py's own __init__ (its rc)
+
+
+def _job(code: str) -> str:
+    cmd = [sys.executable, "-m", "gpumpi.launch", "--mpi4py", "-n", "1", "--timeout", "60",
+           sys.executable, "-c", code]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=True).stdout.strip()
+
+
+@pytest.mark.parametrize("level,code", [("single", 0), ("funneled", 1), ("serialized", 2), ("multiple", 3)])
+def test_thread_level(level, code):
+    out = _job(f"import mpi4py; mpi4py.rc.thread_level = {level!r}\n"
+               "from mpi4py import MPI; print(MPI.Query_thread(), MPI.Is_thread_main(), MPI.Is_initialized())")
+    assert out == f"{code} True True"
+
+
+def test_threads_false_requires_single():
+    out = _job("import mpi4py; mpi4py.rc.threads = False\nfrom mpi4py import MPI; print(MPI.Query_thread())")
+    assert out == "0"
+
+
+def test_initialize_false_leaves_init_to_the_program():
+    out = _job("import mpi4py; mpi4py.rc.initialize = False\n"
+               "from mpi4py import MPI; a = MPI.Is_initialized()\n"
+               "p = MPI.Init_thread(MPI.THREAD_SERIALIZED)\n"
+               "print(a, MPI.Is_initialized(), p, MPI.Query_thread(), MPI.COMM_WORLD.Get_size())")
+    assert out == "False True 2 2 1"
+
+
+def test_default_is_thread_multiple():
+    assert _job("from mpi4py import MPI; print(MPI.Query_thread())") == "3"
+
+
+PKL5 = """\
+import numpy as np
+from mpi4py import MPI
+from mpi4py.util import pkl5
+
+c = pkl5.Intracomm(MPI.COMM_WORLD)  # through Comm.__new__(cls, comm)
+assert c == MPI.COMM_WORLD and type(c) is pkl5.Intracomm
+r, n = c.rank, c.size
+dst, src = (r + 1) % n, (r - 1) % n
+big = np.arange(200_000.0) + r
+s = c.isend({"r": r, "a": big}, dst, 3)
+got = c.recv(None, src, 3)
+s.wait()
+assert got["r"] == src and np.array_equal(got["a"], np.arange(200_000.0) + src)
+s = c.issend([r, big], dst, 4)
+m = c.mprobe(src, 4)
+assert m and m.recv()[0] == src and not m
+m.free()
+s.wait()
+assert c.gather(r, root=0) == (list(range(n)) if r == 0 else None)
+assert c.scatter([i * 10 for i in range(n)] if r == 0 else None, root=0) == r * 10
+assert c.allgather(r) == list(range(n))
+assert c.alltoall([(r, i) for i in range(n)]) == [(i, r) for i in range(n)]
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_mpi4py_util_pkl5(n):
+    cmd = [sys.executable, "-m", "gpumpi.launch", "--mpi4py", "-n", str(n), "--timeout", "60",
+           sys.executable, "-c", PKL5]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("ok") == n  # every rank got to the end (their lines may interleave)
