@@ -82,6 +82,7 @@ import errno
 import mmap
 import operator
 import sys
+import warnings
 
 import numpy as np
 
@@ -588,6 +589,13 @@ def _from_cai(obj, readonly: bool, call: str) -> BufferView:
         if len(strides) != len(shape):
             raise BufferError(f"{_p(call)}__cuda_array_interface__: {len(strides)} strides for {len(shape)} "
                               f"dimensions (shape:{shape}, strides:{strides})")
+    descr = cai.get("descr")
+    if descr is not None:
+        if not isinstance(descr, list):
+            raise TypeError(f"{_p(call)}__cuda_array_interface__: descr must be a list "
+                            f"(got {type(descr).__name__})")
+        if len(descr) != 1 or descr[0] != ("", typestr):
+            warnings.warn("__cuda_array_interface__: ignoring 'descr' key", RuntimeWarning, stacklevel=4)
     if ro and not readonly:
         raise BufferError(f"{_p(call)}buffer is not writable (read-only __cuda_array_interface__ "
                           f"{type(obj).__name__})")
@@ -597,6 +605,10 @@ def _from_cai(obj, readonly: bool, call: str) -> BufferView:
             shape, strides, itemsize, "F"):
         why = (f"__cuda_array_interface__: buffer is not contiguous "
                f"(shape:{shape}, strides:{strides}, itemsize:{itemsize})")
+        if any(st % itemsize for n, st in zip(shape, strides) if n > 1):
+            # misaligned elements: no kernel can address them, and such strides are most
+            # likely wrong (reaching past the memory the interface stands for)
+            raise BufferError(f"{_p(call)}{why}: strides are not multiples of the itemsize")
         try:
             dtype = np.dtype(typestr)
         except TypeError as exc:

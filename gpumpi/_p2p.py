@@ -191,6 +191,13 @@ def _device_pack(m, stream):
     return _Packed(tmp, n, m.kind, m.datatype), s, lambda: pool.put(tmp, n)
 
 
+def check_stream(m, stream) -> None:
+    """TypeError unless ``stream`` (None, or a stream) suits the memory of message ``m`` (None:
+    PROC_NULL); called while validating a call, before anything is posted."""
+    if stream is not None and m is not None and _on_device(m):
+        _adapter_of(m).check_stream(stream)
+
+
 def _out(m, call: str, stream=None):
     """``(bytes, address, release)`` a send moves: the buffer itself when contiguous, else its
     elements packed into a staging array that ``release()`` returns once the send completed.

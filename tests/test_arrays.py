@@ -581,3 +581,43 @@ def test_lookup_dtype_errors_and_extensions():
         lookup_dtype(np.dtype("U3"))
     assert lookup_dtype(np.dtype("M8[s]")) is D.INT64_T  # mpi4py cannot export datetimes at all
     assert lookup_dtype(np.dtype("q")) is D.LONG_LONG and lookup_dtype(np.dtype("l")) is D.LONG
+
+
+def test_cai_descr_checked_as_mpi4py():
+    import warnings
+
+    a = np.arange(3, dtype="f8")
+
+    class WithDescr(FakeCAI):
+        def __init__(self, a, descr):
+            super().__init__(a)
+            self.descr = descr
+
+        @property
+        def __cuda_array_interface__(self):
+            d = dict(FakeCAI.__cuda_array_interface__.fget(self))
+            d["descr"] = self.descr
+            return d
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert as_buffer(WithDescr(a, [("", "<f8")]), True, "Send").nbytes == 24
+        assert as_buffer(WithDescr(a, None), True, "Send").nbytes == 24
+    with pytest.raises(TypeError, match="^Send: __cuda_array_interface__: descr must be a list"):
+        as_buffer(WithDescr(a, 42), True, "Send")
+    with pytest.warns(RuntimeWarning, match="ignoring 'descr' key"):
+        as_buffer(WithDescr(a, [("", "<f8")] * 2), True, "Send")
+
+
+def test_cai_misaligned_strides_are_refused():
+    a = np.zeros(3, "i4")
+
+    class Strided(FakeCAI):
+        @property
+        def __cuda_array_interface__(self):
+            d = dict(FakeCAI.__cuda_array_interface__.fget(self))
+            d["shape"], d["strides"] = (3, 1, 1), (7, 4, 4)  # elements 7 bytes apart: past the array
+            return d
+
+    with pytest.raises(BufferError, match="strides are not multiples of the itemsize"):
+        as_buffer(Strided(a), False, "Recv", strided=True)

@@ -850,3 +850,53 @@ def _window_of_queued_eager_sends():
 def test_window_of_queued_eager_sends_completes():
     # regression: a frame written after a failed try had its completion token lost
     run_ranks(_window_of_queued_eager_sends, 2, env={"GPUMPI_RING_SIZE": "65536"}, timeout=60)
+
+
+class _ForeignCAI:
+    """Host memory behind a CUDA array interface in non-native byte order (refused: BufferError)."""
+
+    def __init__(self, a):
+        self.a = a
+        foreign = ">" if np.little_endian else "<"
+        self.__cuda_array_interface__ = {"data": (a.ctypes.data, False), "typestr": foreign + "i4",
+                                         "shape": a.shape, "strides": None, "version": 3}
+
+
+def _failed_calls_leave_nothing_posted():
+    from gpumpi import MPI
+
+    for c in (MPI.COMM_SELF, MPI.COMM_WORLD):
+        me = c.rank
+        good = np.arange(4, dtype="i4")
+        bad_send = _ForeignCAI(np.zeros(4, "i4"))
+        calls = [
+            # (call, raises) -- every one fails in its send part, after its receive parsed
+            (lambda: c.Sendrecv(bad_send, me, 0, np.zeros(4, "i4"), me, MPI.ANY_TAG), BufferError),
+            (lambda: c.Sendrecv(good, me, -5, np.zeros(4, "i4"), me, MPI.ANY_TAG), MPI.Exception),
+            (lambda: c.Sendrecv(good, c.size, 0, np.zeros(4, "i4"), me, MPI.ANY_TAG), MPI.Exception),
+            (lambda: c.Sendrecv(good, me, 0, np.zeros(4, "i4"), me, MPI.ANY_TAG, status=42), TypeError),
+            (lambda: c.Isendrecv(bad_send, me, 0, np.zeros(4, "i4"), me, MPI.ANY_TAG), BufferError),
+            (lambda: c.Isendrecv(good, me, -5, np.zeros(4, "i4"), me, MPI.ANY_TAG), MPI.Exception),
+            (lambda: c.Sendrecv_replace(np.zeros(4, "i4"), me, -5, me, MPI.ANY_TAG), MPI.Exception),
+            (lambda: c.Sendrecv_replace(np.zeros(4, "i4"), c.size, 0, me, MPI.ANY_TAG), MPI.Exception),
+            (lambda: c.Isendrecv_replace(np.zeros(4, "i4"), me, -5, me, MPI.ANY_TAG), MPI.Exception),
+        ]
+        for i, (call, raises) in enumerate(calls):
+            with pytest.raises(raises):
+                call()
+            # a message to ourselves stays unexpected: no receive was left posted to swallow it
+            req = c.Isend(np.full(4, i, "i4"), me, 100 + i)
+            assert c.Iprobe(me, 100 + i), f"call {i} left a receive posted"
+            got = np.zeros(4, "i4")
+            c.Recv(got, me, 100 + i)
+            req.Wait()
+            assert (got == i).all()
+            r = np.zeros(4, "i4")
+            c.Sendrecv(good, me, 7, r, me, 7)  # and a correct call completes
+            assert (r == good).all()
+        c.Barrier()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_failed_sendrecv_family_leaves_nothing_posted(n):
+    run_ranks(_failed_calls_leave_nothing_posted, n, timeout=60)
