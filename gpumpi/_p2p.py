@@ -32,6 +32,7 @@ from . import _protocol as _P
 from . import _runtime as _rt
 from ._arrays import DEVICE as _DEVICE
 from ._arrays import SIM as _SIM
+from ._arrays import NotABufferError, as_buffer
 from ._buffers import message_simple
 from ._progress import GREQ, Xfer
 from .constants import BSEND_OVERHEAD, BUFFER_AUTOMATIC
@@ -322,10 +323,10 @@ def _contiguous_only(m, call: str):
 class _BsendPool:
     """The attached buffer (MPI_Buffer_attach): first-fit regions of message + BSEND_OVERHEAD."""
 
-    def __init__(self, buf) -> None:
+    def __init__(self, buf, mem=None) -> None:
         self.buf = buf
         self.auto = buf is BUFFER_AUTOMATIC
-        self.mem = None if self.auto else memoryview(buf).cast("B")
+        self.mem = mem  # 1-D 'B' memoryview of the attached bytes (None: BUFFER_AUTOMATIC)
         self.size = 0 if self.auto else self.mem.nbytes
         self.used: list = []  # sorted [start, end)
         self.live = 0
@@ -362,14 +363,17 @@ _bsend = {"pool": None}
 def _attach(pool_holder: dict, buf, call: str) -> None:
     if pool_holder.get("pool") is not None:
         raise error(ERR_BUFFER, f"{call}: a buffer is already attached")
+    mem = None
     if buf is not BUFFER_AUTOMATIC:
-        try:
-            mv = memoryview(buf)
-        except TypeError:
+        try:  # any writable buffer mpi4py takes: buffer protocol, DLPack, CUDA array interface
+            view = as_buffer(buf, False, call)
+        except NotABufferError:
             raise TypeError(f"{call}: expected a writable buffer ({type(buf).__name__})") from None
-        if mv.readonly:
-            raise BufferError(f"{call}: buffer is read-only")
-    pool_holder["pool"] = _BsendPool(buf)
+        mem = view.mem
+        if mem is None:
+            raise BufferError(f"{call}: the attached buffer must be host-addressable memory "
+                              f"({view.kind} memory of {type(buf).__name__})")
+    pool_holder["pool"] = _BsendPool(buf, mem)
 
 
 def _detach(pool_holder: dict, call: str):
