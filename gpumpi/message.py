@@ -17,7 +17,7 @@ from . import _objects
 from . import _p2p
 from . import _runtime as _rt
 from ._progress import RECV, Xfer
-from .constants import ANY_TAG, PROC_NULL
+from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from .errors import ERR_REQUEST, error
 from .request import Request, done_xfer
 from .status import Status
@@ -46,6 +46,28 @@ class Message:
         m._arr, m._comm, m._noproc = None, None, True
         return m
 
+    @classmethod
+    def Probe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":
+        """Blocking matched probe on ``comm`` (MPI_Mprobe)."""
+        return comm.Mprobe(source, tag, status)
+
+    @classmethod
+    def Iprobe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+               status: Status | None = None) -> "Message | None":
+        """Nonblocking matched probe on ``comm`` (MPI_Improbe); None when nothing matches."""
+        return comm.Improbe(source, tag, status)
+
+    def __reduce__(self):
+        # the predefined handles pickle by name (loads gives the same object), copies of them by
+        # value; a matched message is a handle on this process's queues and cannot travel
+        if self is MESSAGE_NULL:
+            return "MESSAGE_NULL"
+        if self is MESSAGE_NO_PROC:
+            return "MESSAGE_NO_PROC"
+        if self._arr is None:
+            return (Message, (MESSAGE_NO_PROC,) if self._noproc else ())
+        raise ValueError("Message: cannot pickle a matched message handle")
+
     def __eq__(self, other) -> bool:
         if not isinstance(other, Message):
             return NotImplemented
@@ -59,7 +81,8 @@ class Message:
 
     def _take(self, call: str):
         if self._noproc:
-            self._noproc = False
+            if self is not MESSAGE_NO_PROC:  # the predefined handle stays MESSAGE_NO_PROC
+                self._noproc = False
             return None
         if self._arr is None:
             raise error(ERR_REQUEST, f"{call}: null message (MESSAGE_NULL)")

@@ -939,3 +939,42 @@ def _attach_any_writable_buffer():
 @pytest.mark.parametrize("n", [1, 2])
 def test_attach_buffer_takes_dlpack(n):
     run_ranks(_attach_any_writable_buffer, n, timeout=60)
+
+
+def _message_handles():
+    import pickle
+
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    noproc = MPI.MESSAGE_NO_PROC
+    noproc.Recv(None)
+    noproc.Irecv(None).Wait()
+    assert noproc, "receiving from the predefined MESSAGE_NO_PROC must not turn it into MESSAGE_NULL"
+    m = MPI.Message(noproc)
+    m.Recv(None)
+    assert m == MPI.MESSAGE_NULL
+    for h in (MPI.MESSAGE_NULL, MPI.MESSAGE_NO_PROC):
+        assert pickle.loads(pickle.dumps(h)) is h
+        copy = pickle.loads(pickle.dumps(MPI.Message(h)))
+        assert copy is not h and copy == h
+    assert MPI.Message.Iprobe(c, c.rank, 4) is None
+    req = c.Isend(np.arange(3, dtype="i4"), c.rank, 4)
+    m = MPI.Message.Probe(c, c.rank, 4)
+    with pytest.raises(ValueError):
+        pickle.dumps(m)
+    got = np.zeros(3, "i4")
+    m.Recv(got)
+    req.Wait()
+    assert list(got) == [0, 1, 2]
+    req = c.Isend(np.arange(3, dtype="i4"), c.rank, 5)
+    c.Probe(c.rank, 5)
+    m = MPI.Message.Iprobe(c, c.rank, 5)
+    assert isinstance(m, MPI.Message) and m
+    m.Recv(got)
+    req.Wait()
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_message_handles(n):
+    run_ranks(_message_handles, n, timeout=60)
