@@ -704,6 +704,10 @@ def register_backend(module: str, loader) -> None:
 
 
 def _resolve(tp):
+    own = getattr(tp, "__gpumpi_buffer__", None)  # types that describe their memory themselves (MPI.buffer)
+    if own is not None:
+        _CONVERTERS[tp] = own
+        return own
     if issubclass(tp, _ndarray):
         be = _backends.NUMPY
     else:

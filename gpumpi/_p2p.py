@@ -35,11 +35,11 @@ from ._arrays import SIM as _SIM
 from ._arrays import NotABufferError, as_buffer
 from ._buffers import message_simple
 from ._progress import GREQ, Xfer
-from .constants import BSEND_OVERHEAD, BUFFER_AUTOMATIC
+from .constants import ANY_TAG, BSEND_OVERHEAD, BUFFER_AUTOMATIC, PROC_NULL
 from .datatypes import plan as _plan
 from .datatypes.flatten import sigcode as _sigcode
 from .errors import ERR_BUFFER, error
-from .request import after
+from .request import Request, after
 
 STANDARD, SYNCHRONOUS, READY, BUFFERED = _P.STANDARD, _P.SYNCHRONOUS, _P.READY, _P.BUFFERED
 
@@ -330,6 +330,7 @@ class _BsendPool:
         self.size = 0 if self.auto else self.mem.nbytes
         self.used: list = []  # sorted [start, end)
         self.live = 0
+        self.flushes: list = []  # Iflush_buffer operations waiting for live == 0
 
     def alloc(self, n: int, call: str):
         if self.auto:
@@ -355,6 +356,20 @@ class _BsendPool:
         self.live -= 1
         if region is not None:
             self.used.remove(region)
+        if self.live == 0 and self.flushes:
+            done, self.flushes = self.flushes, []
+            for x in done:
+                _rt.ENGINE._finish(x)
+
+    def iflush(self) -> Xfer:
+        """An operation that completes once every buffered message has left the buffer."""
+        x = Xfer(GREQ)
+        x.st_source, x.st_tag = PROC_NULL, ANY_TAG
+        if self.live == 0:
+            x.done = True
+        else:
+            self.flushes.append(x)
+        return x
 
 
 _bsend = {"pool": None}
@@ -389,6 +404,23 @@ def _flush(pool_holder: dict) -> None:
     pool = pool_holder.get("pool")
     if pool is not None:
         _rt.ENGINE.wait_until(lambda: pool.live == 0)
+
+
+def _iflush(pool_holder: dict) -> Xfer:
+    pool = pool_holder.get("pool")
+    if pool is None:
+        x = Xfer(GREQ)
+        x.st_source, x.st_tag = PROC_NULL, ANY_TAG
+        x.done = True
+        return x
+    with _rt.ENGINE.lock:
+        return pool.iflush()
+
+
+def Iflush_buffer():
+    """Nonblocking flush of the attached buffer (MPI_Buffer_iflush): a Request that completes
+    once every buffered message has left it."""
+    return Request._of(_iflush(_bsend), None)
 
 
 def Attach_buffer(buf) -> None:

@@ -20,7 +20,7 @@ LAYERS = {
     0: ["constants", "errors", "_config", "_version"],
     1: ["_matching", "_protocol", "group", "status", "info", "datatypes", "datatypes._core",
         "datatypes.predefined", "collectives", "ga._layout"],
-    2: ["_device", "_backends", "_memfd", "_arrays", "_buffers", "_pickle", "_pool", "datatypes.plan",
+    2: ["_device", "_backends", "_memfd", "_arrays", "_membuffer", "_buffers", "_pickle", "_pool", "datatypes.plan",
         "datatypes.numpy_dtype"],
     3: ["kernels"],
     4: ["ipc", "_bootstrap"],
