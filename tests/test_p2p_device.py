@@ -438,3 +438,39 @@ def _ipc_event_per_send():
 
 def test_every_ipc_send_in_flight_has_its_own_event():
     assert run_ranks(_ipc_event_per_send, 2, timeout=60) == [True, True]
+
+
+class _HostCAI:
+    """mpi4py's FakeGPUArray: plain host memory (no simulated allocation) behind the CUDA array
+    interface, which GPUMPI_DEVICE=sim takes as simulated device memory."""
+
+    def __init__(self, a):
+        self.a = a
+        self.__cuda_array_interface__ = {"data": (a.ctypes.data, False), "typestr": a.dtype.str,
+                                         "shape": a.shape, "strides": None, "version": 3}
+
+
+def _host_cai_is_sim_memory():
+    import numpy as np
+
+    from gpumpi import MPI, _arrays
+
+    c = MPI.COMM_WORLD
+    me, n = c.rank, c.size
+    for size in (0, 5, 300_000):  # eager and rendezvous (device route: staging, not IPC)
+        s = np.full(size, me + 1, "i4")
+        r = np.full(size + 1, -1, "i4")
+        assert _arrays.as_buffer(_HostCAI(s), True).kind == "sim"
+        c.Sendrecv(_HostCAI(s), (me + 1) % n, 3, _HostCAI(r), (me - 1) % n, 3)
+        assert (r[:size] == (me - 1) % n + 1).all() and r[size] == -1
+        r[:] = -1
+        MPI.COMM_SELF.Sendrecv(_HostCAI(s), 0, 4, _HostCAI(r), 0, 4)
+        assert (r[:size] == me + 1).all() and r[size] == -1
+        b = np.full(size, me, "i4")
+        c.Sendrecv_replace(_HostCAI(b), (me + 1) % n, 5, (me - 1) % n, 5)
+        assert (b == (me - 1) % n).all()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_host_cai_is_sim_memory_under_device_sim(n):
+    run_ranks(_host_cai_is_sim_memory, n, timeout=120, env={"GPUMPI_DEVICE": "sim"})
