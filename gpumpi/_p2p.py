@@ -32,7 +32,7 @@ from . import _protocol as _P
 from . import _runtime as _rt
 from ._arrays import DEVICE as _DEVICE
 from ._arrays import SIM as _SIM
-from ._arrays import NotABufferError, as_buffer
+from ._arrays import DLPackOwner, NotABufferError, as_buffer
 from ._buffers import message_simple
 from ._progress import GREQ, Xfer
 from .constants import ANY_TAG, BSEND_OVERHEAD, BUFFER_AUTOMATIC, PROC_NULL
@@ -446,7 +446,10 @@ def isend(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stre
     sender's rank in its communicator; ``bpool``: the communicator's attached-buffer holder).
     Returns the operation: an Xfer, or the shared completed ``SENT``."""
     if _on_device(m):
-        return _send_device(m, wpeer, me, tag, ctx, mode, call, stream, bpool)
+        x = _send_device(m, wpeer, me, tag, ctx, mode, call, stream, bpool)
+        if type(m.obj) is DLPackOwner:  # device copies name the address only: the tensor stays
+            after(x, lambda o=m.obj: None)  # the consumer's (deleter not run) until they are done
+        return x
     return send_out(_out(m, call, stream), wpeer, me, tag, ctx, mode, call, _sig(m.datatype), bpool)
 
 
@@ -507,7 +510,10 @@ def irecv(m, source: int, wpeer: int, tag: int, ctx: int, call: str, stream=None
     """Post a receive into parsed message ``m`` from ``source`` (communicator rank or ANY_SOURCE;
     ``wpeer`` its world rank) on context ``ctx``."""
     mem, addr, post, dev = _in(m, call, stream)
-    return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr, _sig(m.datatype), post, dev)
+    x = _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr, _sig(m.datatype), post, dev)
+    if dev is not None and type(m.obj) is DLPackOwner:  # see isend
+        after(x, lambda o=m.obj: None)
+    return x
 
 
 def send_bytes(mem, wpeer: int, me: int, tag: int, ctx: int, call: str):
