@@ -41,24 +41,44 @@ from .errors import (  # noqa: F401
     ERRORS_ARE_FATAL,
     ERRORS_RETURN,
     ERR_ARG,
+    ERR_DIMS,
     ERR_NO_MEM,
     Errhandler,
     Exception,
     error as _error,
 )
 from .group import GROUP_EMPTY, GROUP_NULL, Group  # noqa: F401
+from . import info as _info
 from .info import INFO_ENV, INFO_NULL, Info  # noqa: F401
 from .message import MESSAGE_NO_PROC, MESSAGE_NULL, Message  # noqa: F401
 from .request import REQUEST_NULL, Grequest, Prequest, Request  # noqa: F401
 from .status import Status  # noqa: F401
+from .errors import Remove_error_class, Remove_error_code, Remove_error_string  # noqa: F401
+from .file import FILE_NULL, File, Register_datarep  # noqa: F401
+from .op import (  # noqa: F401
+    BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op,
+)
+from .session import SESSION_NULL, Session  # noqa: F401
+from .win import WIN_NULL, Win  # noqa: F401
 
 #: The world communicator (MPI_COMM_WORLD).
-COMM_WORLD = Intracomm()
+COMM_WORLD = Comm._htable.constant(Intracomm(), "COMM_WORLD", 0x44000000)
 #: This process alone (MPI_COMM_SELF).
-COMM_SELF = Intracomm()
+COMM_SELF = Comm._htable.constant(Intracomm(), "COMM_SELF", 0x44000001)
+
+
+def _environment(engine) -> dict:
+    import platform
+    import sys
+
+    argv = list(sys.argv)
+    return {"command": argv[0] if argv and argv[0] else sys.executable, "argv": " ".join(argv[1:]),
+            "maxprocs": str(engine.size), "host": _socket.gethostname(), "arch": platform.machine(),
+            "wdir": _os.getcwd(), "thread_level": "MPI_THREAD_MULTIPLE"}
 
 
 def _setup_worlds(engine) -> None:
+    _info.set_environment(_environment(engine))
     COMM_WORLD._setup(0, range(engine.size), engine.rank, "MPI_COMM_WORLD")
     COMM_SELF._setup(4, [engine.rank], engine.rank, "MPI_COMM_SELF")
     engine.next_ctx = 8
@@ -141,6 +161,58 @@ def Get_library_version() -> str:
 def get_vendor() -> tuple[str, tuple[int, int, int]]:
     """Name and version of the MPI implementation (mpi4py ``get_vendor``)."""
     return ("gpumpi", tuple(int(p) for p in _version.split(".")[:3]))
+
+
+def Get_hw_resource_info() -> Info:
+    """Return the hardware resources available to this process (MPI_Get_hw_resource_info).
+
+    gpumpi reports none (an empty info object), as MPI allows."""
+    return Info.Create()
+
+
+def Pcontrol(level: int) -> None:
+    """Control profiling (MPI_Pcontrol); gpumpi's profiling is GPUMPI_PROFILE, so a no-op."""
+    int(level)
+
+
+def Compute_dims(nnodes: int, dims) -> list[int]:
+    """Return a balanced distribution of processes per coordinate direction (MPI_Dims_create).
+
+    ``dims`` is the number of dimensions or a sequence whose non-zero entries are kept.
+    """
+    try:
+        nnodes = int(nnodes)
+        dims = [0] * int(dims) if not hasattr(dims, "__len__") else [int(d) for d in dims]
+    except (TypeError, ValueError):
+        raise TypeError(f"Compute_dims: nnodes and dims must be integers ({nnodes!r}, {dims!r})") from None
+    if nnodes < 0 or any(d < 0 for d in dims):
+        raise _error(ERR_DIMS, f"Compute_dims: negative value (nnodes {nnodes}, dims {dims})")
+    fixed = 1
+    for d in dims:
+        fixed *= d or 1
+    free = [i for i, d in enumerate(dims) if d == 0]
+    if (nnodes == 0 and dims) or (fixed and nnodes % fixed):
+        raise _error(ERR_DIMS, f"Compute_dims: {nnodes} nodes do not divide into the fixed dims {dims}")
+    if not free:
+        if fixed != nnodes:
+            raise _error(ERR_DIMS, f"Compute_dims: dims {dims} do not multiply to {nnodes}")
+        return dims
+    rest = nnodes // fixed
+    # split the prime factors of rest over the free dims, largest factors to the smallest dim
+    factors, n, p = [], rest, 2
+    while p * p <= n:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    if n > 1:
+        factors.append(n)
+    sizes = [1] * len(free)
+    for f in sorted(factors, reverse=True):
+        sizes[sizes.index(min(sizes))] *= f
+    for i, v in zip(free, sorted(sizes, reverse=True)):
+        dims[i] = v
+    return dims
 
 
 def Abort(errorcode: int = 0) -> None:

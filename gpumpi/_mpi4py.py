@@ -15,7 +15,9 @@ The shim package is the installed mpi4py with one module swapped:
   ``util.sync``, ``futures``, ``run``, ``bench``, ``typing`` and ``__main__`` are
   mpi4py's own source files, run on top of gpumpi.MPI (one implementation of each);
 * its namespace is the real ``mpi4py/__init__.py`` executed in the shim module, so
-  ``mpi4py.rc``, ``profile``, ``get_config`` and ``__version__`` are mpi4py's.  gpumpi.MPI
+  ``mpi4py.rc``, ``profile``, ``get_config`` and ``__version__`` are mpi4py's, and its
+  ``__file__`` is the real one (the package's data files, headers and ``.pxd`` files
+  are the installed mpi4py's); ``mpi4py.__gpumpi__`` tells the shim apart.  gpumpi.MPI
   reads ``mpi4py.rc`` when it initialises (see :func:`rc`).
 
 The compiled ``mpi4py/MPI*.so`` of the real package is never loaded.  Without an
@@ -80,6 +82,7 @@ class _Rc:
 
 def adopt(ns: dict) -> None:
     """Make the shim package ``ns`` the installed mpi4py with gpumpi.MPI as its MPI."""
+    ns["__gpumpi__"] = True
     here = os.path.dirname(ns["__file__"])
     spec = real_spec()
     if spec is None or not spec.submodule_search_locations:
@@ -95,6 +98,8 @@ def adopt(ns: dict) -> None:
         code = compile(f.read(), spec.origin, "exec")
     exec(code, ns)  # noqa: S102  (mpi4py's own __init__: rc, profile, get_config, ...)
     ns["__path__"] = [here, real_dir]
+    # the package's files (headers, .pxd, py.typed, mpi.cfg) are the installed mpi4py's
+    ns["__file__"] = spec.origin
 
     def get_include() -> str:
         """Return the directory in the installed mpi4py that contains header files."""
@@ -106,6 +111,6 @@ def adopt(ns: dict) -> None:
 def rc():
     """The ``mpi4py.rc`` of this process when the shim is in use, else None."""
     mod = sys.modules.get("mpi4py")
-    if mod is None or not getattr(mod, "__file__", "").startswith(SHIM_DIR):
+    if mod is None or not getattr(mod, "__gpumpi__", False):
         return None
     return getattr(mod, "rc", None)

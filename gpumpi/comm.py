@@ -36,6 +36,9 @@ from .constants import (
     APPNUM,
     CONGRUENT,
     IDENT,
+    IO,
+    KEYVAL_INVALID,
+    LASTUSEDCODE,
     PROC_NULL,
     SIMILAR,
     TAG_UB,
@@ -50,6 +53,7 @@ from .errors import (
     ERR_ARG,
     ERR_COMM,
     ERR_COUNT,
+    ERR_KEYVAL,
     ERR_RANK,
     ERR_ROOT,
     ERR_TAG,
@@ -57,8 +61,10 @@ from .errors import (
     ERRORS_RETURN,
     Errhandler,
     error,
+    last_used_code as _last_used_code,
 )
 from .errors import Exception as MPIException
+from ._handles import Handle, Table
 from .group import Group
 from .message import Message
 from .request import Prequest, Request, done_xfer, joint, part_done
@@ -69,17 +75,37 @@ STANDARD, SYNCHRONOUS, READY, BUFFERED = _p2p.STANDARD, _p2p.SYNCHRONOUS, _p2p.R
 _msg = _p2p._msg
 
 
-class Comm:
+class Comm(Handle):
     """Communication context (MPI_Comm)."""
 
     __slots__ = ("_ctx", "_w", "_rank", "_size", "_group", "_errh", "_name", "_cseq", "_bpool",
                  "_rw", "__weakref__")
+    _hnull = 0x04000000
+    _htable = Table("Comm", 0)
 
     def __init__(self, comm: "Comm | None" = None) -> None:
         if comm is None:
             self._set_null()
+        elif not isinstance(comm, Comm):
+            raise TypeError(f"{type(self).__name__}: expecting a Comm (got {type(comm).__name__})")
         else:
             self._copy_from(comm)
+
+    # --- handle ---------------------------------------------------------------------------
+    def _hval(self) -> int:
+        """The handle is a function of the context id, unique in the process (MPICH values
+        for the predefined communicators)."""
+        ctx = self._ctx
+        if ctx < 0:
+            return self._hnull
+        if ctx == 0:
+            return 0x44000000
+        if ctx == 4:
+            return 0x44000001
+        return -0x7C000000 + (ctx & 0x03FFFFFF)
+
+    def _hnullify(self) -> None:
+        self._set_null()
 
     def _set_null(self) -> None:
         self._ctx = -1
@@ -108,18 +134,7 @@ class Comm:
         self._name = name
         self._cseq = 0
         self._bpool = {}
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Comm):
-            return NotImplemented
-        return self._ctx == other._ctx and self._w == other._w
-
-    def __ne__(self, other) -> bool:
-        r = self.__eq__(other)
-        return r if r is NotImplemented else not r
-
-    def __hash__(self) -> int:
-        return hash((self._ctx, self._w))
+        Comm._htable.add(self)
 
     def __bool__(self) -> bool:
         return self._ctx >= 0
@@ -135,7 +150,7 @@ class Comm:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
 
     def _raise(self, exc: MPIException):
-        self._errh.handle(self, exc)
+        self._errh._apply(self, exc)
 
     def _peer(self, rank, call: str, what: str = "rank") -> int:
         if type(rank) is not int:
@@ -238,6 +253,8 @@ class Comm:
     def Get_attr(self, keyval: int):
         """Predefined attribute value (MPI_Comm_get_attr); None when not set."""
         self._check("Comm.Get_attr")
+        if keyval == KEYVAL_INVALID:
+            raise error(ERR_KEYVAL, f"Comm.Get_attr: invalid keyval (KEYVAL_INVALID, {keyval})")
         if keyval == TAG_UB:
             return TAG_UB_VALUE
         if keyval == UNIVERSE_SIZE:
@@ -246,29 +263,44 @@ class Comm:
             return 0
         if keyval == APPNUM:
             return 0
+        if keyval == IO:
+            return ANY_SOURCE  # every process can do I/O
+        if keyval == LASTUSEDCODE:
+            return _last_used_code()
         return None
 
     # --- error handling -------------------------------------------------------------------
     def Get_errhandler(self) -> Errhandler:
-        """The communicator's error handler (MPI_Comm_get_errhandler)."""
-        return self._errh
+        """A new reference to the communicator's error handler (MPI_Comm_get_errhandler);
+        ``Free`` it when done."""
+        self._check("Comm.Get_errhandler")
+        return Errhandler(self._errh)
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
         """Set the error handler (MPI_Comm_set_errhandler)."""
-        if not isinstance(errhandler, Errhandler) or not errhandler:
-            raise error(ERR_ARG, f"Comm.Set_errhandler: not a valid error handler ({errhandler!r})")
-        self._errh = errhandler
+        self._check("Comm.Set_errhandler")
+        if not isinstance(errhandler, Errhandler):
+            raise TypeError(f"Comm.Set_errhandler: expecting an Errhandler (got {type(errhandler).__name__})")
+        if not errhandler:
+            raise error(ERR_ARG, f"Comm.Set_errhandler: null error handler ({errhandler!r})")
+        self._errh = Errhandler(errhandler)
 
     @classmethod
     def Create_errhandler(cls, errhandler_fn) -> Errhandler:
-        """Create a user error handler ``fn(comm, errorcode)`` (MPI_Comm_create_errhandler)."""
-        if not callable(errhandler_fn):
-            raise TypeError("Comm.Create_errhandler: expected a callable")
-        return Errhandler._make("user", errhandler_fn, getattr(errhandler_fn, "__name__", "user"))
+        """Create a user error handler ``fn(comm, errorcode)`` (MPI_Comm_create_errhandler).
+
+        Raises:
+            RuntimeError: 32 user handlers for communicators exist already (mpi4py's limit).
+        """
+        return Errhandler._user(errhandler_fn, "Comm", "Comm.Create_errhandler")
 
     def Call_errhandler(self, errorcode: int) -> None:
-        """Invoke the error handler with ``errorcode`` (MPI_Comm_call_errhandler)."""
-        self._errh.handle(self, MPIException(int(errorcode)))
+        """Invoke the error handler with ``errorcode`` (MPI_Comm_call_errhandler).
+
+        ERRORS_RETURN returns, a user handler is called with ``(comm, errorcode)``, the
+        fatal handlers end the job."""
+        self._check("Comm.Call_errhandler")
+        self._errh.call(self, int(errorcode))
 
     def Abort(self, errorcode: int = 0) -> None:
         """Terminate every process of the job (MPI_Abort)."""
@@ -283,6 +315,7 @@ class Comm:
         eng = _rt.ENGINE
         for c in (self._ctx, self._ctx + 1, self._ctx + 2, self._ctx + 3):
             eng.matcher.drop_context(c)
+        Comm._htable.live.pop(self._hval(), None)
         self._set_null()
 
     # --- point-to-point: posting ----------------------------------------------------------
@@ -1136,4 +1169,6 @@ class Intercomm(Comm):
         return True
 
 
-COMM_NULL = Comm()
+Comm._hbase = Comm
+#: Null communicator (MPI_COMM_NULL).
+COMM_NULL = Comm._htable.constant(Comm(), "COMM_NULL")

@@ -25,7 +25,7 @@ class _Sentinel(int):
     __str__ = __repr__
 
     def __reduce__(self):
-        return (_lookup_sentinel, (repr(self),))
+        return repr(self)  # pickled by name: gpumpi.constants.BOTTOM ...
 
 
 class BottomType(_Sentinel):
@@ -111,6 +111,7 @@ GRAPH = 1
 IDENT = 0
 IO = 1681915909
 KEYVAL_INVALID = 603979776
+LASTUSEDCODE = 1681915915
 LOCK_EXCLUSIVE = 234
 LOCK_SHARED = 235
 MAX_DATAREP_STRING = 128

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import sys
 
+from . import _handles
+from ._handles import Handle, Table, is_constant
+
 SUCCESS = 0
 ERR_ACCESS = 20
 ERR_AMODE = 21
@@ -88,6 +91,8 @@ ERR_PROC_FAILED_PENDING = 102
 ERR_REVOKED = 103
 ERR_TIMEOUT = 104
 ERR_LASTCODE = 1073741823
+#: The MPI ABI error class (MPI 5); MPICH 5 reports it as ERR_LASTCODE, as gpumpi does.
+ERR_ABI = ERR_LASTCODE
 
 _STRINGS = {
     SUCCESS: "No MPI error",
@@ -158,9 +163,15 @@ _STRINGS = {
     ERR_TIMEOUT: "Operation timed out",
 }
 
-# user-added error classes and codes (MPI_Add_error_class / _code / _string)
-_user_next = [ERR_TIMEOUT + 1]
-_user_codes: dict[int, int] = {}  # code -> class
+# user-added error classes and codes (MPI_Add_error_class / _code / _string): one counter
+# above ERR_LASTCODE, so the LASTUSEDCODE attribute is the last value handed out
+_user_last = [ERR_LASTCODE]
+_user_codes: dict[int, int] = {}  # user class or code -> its class
+
+
+def last_used_code() -> int:
+    """Value of the LASTUSEDCODE attribute: the last user error class or code added."""
+    return _user_last[0]
 
 
 def Get_error_class(errorcode: int) -> int:
@@ -181,40 +192,72 @@ def Get_error_string(errorcode: int) -> str:
     return f"Unknown error class or code ({code})"
 
 
+def _new_user(errorclass: int | None) -> int:
+    _user_last[0] += 1
+    c = _user_last[0]
+    _user_codes[c] = c if errorclass is None else errorclass
+    _STRINGS[c] = ""
+    return c
+
+
 def Add_error_class() -> int:
     """Add a new error class (MPI_Add_error_class)."""
-    c = _user_next[0]
-    _user_next[0] += 1
-    _user_codes[c] = c
-    _STRINGS.setdefault(c, "")
-    return c
+    return _new_user(None)
 
 
 def Add_error_code(errorclass: int) -> int:
     """Add a new error code to an error class (MPI_Add_error_code)."""
     errorclass = int(errorclass)
-    if errorclass not in _STRINGS:
-        raise Exception(ERR_ARG, f"Add_error_code: unknown error class ({errorclass})")
-    c = _user_next[0]
-    _user_next[0] += 1
-    _user_codes[c] = errorclass
-    _STRINGS.setdefault(c, "")
-    return c
+    if errorclass not in _STRINGS or _user_codes.get(errorclass, errorclass) != errorclass:
+        raise Exception(ERR_ARG, f"Add_error_code: not an error class ({errorclass})")
+    return _new_user(errorclass)
 
 
 def Add_error_string(errorcode: int, string: str) -> None:
     """Associate an error string with a user error code or class (MPI_Add_error_string)."""
     errorcode = int(errorcode)
     if errorcode not in _user_codes:
-        raise Exception(ERR_ARG, f"Add_error_string: not a user error code ({errorcode})")
+        raise Exception(ERR_ARG, f"Add_error_string: not a user error code or class ({errorcode})")
     _STRINGS[errorcode] = str(string)
+
+
+def Remove_error_class(errorclass: int) -> None:
+    """Remove a user error class (MPI_Remove_error_class); it must have no codes and no string."""
+    c = int(errorclass)
+    if _user_codes.get(c) != c:
+        raise Exception(ERR_ARG, f"Remove_error_class: not a user error class ({c})")
+    codes = [k for k, v in _user_codes.items() if v == c and k != c]
+    if codes:
+        raise Exception(ERR_ARG, f"Remove_error_class: class still has error codes ({c}, codes {codes})")
+    if _STRINGS.get(c):
+        raise Exception(ERR_ARG, f"Remove_error_class: class still has an error string ({c})")
+    del _user_codes[c], _STRINGS[c]
+
+
+def Remove_error_code(errorcode: int) -> None:
+    """Remove a user error code (MPI_Remove_error_code); it must have no string."""
+    c = int(errorcode)
+    if c not in _user_codes or _user_codes[c] == c:
+        raise Exception(ERR_ARG, f"Remove_error_code: not a user error code ({c})")
+    if _STRINGS.get(c):
+        raise Exception(ERR_ARG, f"Remove_error_code: code still has an error string ({c})")
+    del _user_codes[c], _STRINGS[c]
+
+
+def Remove_error_string(errorcode: int) -> None:
+    """Remove the string of a user error class or code (MPI_Remove_error_string)."""
+    c = int(errorcode)
+    if c not in _user_codes:
+        raise Exception(ERR_ARG, f"Remove_error_string: not a user error code or class ({c})")
+    _STRINGS[c] = ""
 
 
 class Exception(RuntimeError):  # noqa: A001 - the mpi4py name
     """Exception class (mpi4py ``MPI.Exception``), carrying an MPI error code."""
 
     def __init__(self, ierr: int = SUCCESS, message: str | None = None) -> None:
-        self.ob_mpi = int(ierr)
+        ierr = int(ierr)
+        self.ob_mpi = ERR_UNKNOWN if ierr < SUCCESS else ierr
         self._message = message
         super().__init__(self.ob_mpi)
 
@@ -227,16 +270,24 @@ class Exception(RuntimeError):  # noqa: A001 - the mpi4py name
     def __bool__(self) -> bool:
         return self.ob_mpi != SUCCESS
 
+    # compares as its int, as mpi4py's (``exc == ERR_TRUNCATE``, ``SUCCESS <= exc``)
     def __eq__(self, other) -> bool:
-        if isinstance(other, Exception):
-            return self.ob_mpi == other.ob_mpi
-        if isinstance(other, (int, float)):
-            return self.ob_mpi == other
-        return NotImplemented
+        return self.ob_mpi == other
 
     def __ne__(self, other) -> bool:
-        r = self.__eq__(other)
-        return r if r is NotImplemented else not r
+        return self.ob_mpi != other
+
+    def __lt__(self, other) -> bool:
+        return self.ob_mpi < other
+
+    def __le__(self, other) -> bool:
+        return self.ob_mpi <= other
+
+    def __gt__(self, other) -> bool:
+        return self.ob_mpi > other
+
+    def __ge__(self, other) -> bool:
+        return self.ob_mpi >= other
 
     def __hash__(self) -> int:
         return hash(self.ob_mpi)
@@ -321,62 +372,123 @@ def set_abort_hook(fn) -> None:
     _abort_hook[0] = fn
 
 
-class Errhandler:
+#: mpi4py keeps 32 user error handler functions per object kind (comm, win, file, session)
+MAX_USER_ERRHANDLERS = 32
+_user_slots: dict[str, set] = {}
+
+
+class Errhandler(Handle):
     """Error handler (MPI_Errhandler)."""
 
-    __slots__ = ("_kind", "_fn", "_name", "__weakref__")
+    __slots__ = ("_kind", "_fn", "_name", "_h", "_slot", "__weakref__")
+    _hnull = 0x14000000
+    _htable = Table("Errhandler", -0x6C000000)
 
     def __init__(self, errhandler: "Errhandler | None" = None) -> None:
         if errhandler is None:
-            self._kind, self._fn, self._name = "null", None, "ERRHANDLER_NULL"
+            self._kind, self._fn, self._name, self._h, self._slot = "null", None, "ERRHANDLER_NULL", self._hnull, None
+        elif not isinstance(errhandler, Errhandler):
+            raise TypeError(f"Errhandler: expecting an Errhandler (got {type(errhandler).__name__})")
         else:
             self._kind, self._fn, self._name = errhandler._kind, errhandler._fn, errhandler._name
+            self._h, self._slot = errhandler._h, None
 
     @classmethod
-    def _make(cls, kind: str, fn=None, name: str = "") -> "Errhandler":
+    def _make(cls, kind: str, fn=None, name: str = "", handle: int | None = None) -> "Errhandler":
         e = cls.__new__(cls)
-        e._kind, e._fn, e._name = kind, fn, name
+        e._kind, e._fn, e._name, e._slot = kind, fn, name, None
+        if handle is None:
+            e._h = cls._htable.new()
+            cls._htable.add(e)
+        else:
+            e._h = handle
         return e
 
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Errhandler):
-            return NotImplemented
-        return self._kind == other._kind and self._fn is other._fn
+    @classmethod
+    def _user(cls, fn, family: str, call: str) -> "Errhandler":
+        """A user error handler ``fn(obj, errorcode)`` for objects of ``family`` ("Comm", "Win"...)."""
+        if not callable(fn):
+            raise TypeError(f"{call}: expected a callable ({type(fn).__name__})")
+        used = _user_slots.setdefault(family, set())
+        free = [i for i in range(1, MAX_USER_ERRHANDLERS + 1) if i not in used]
+        if not free:
+            raise RuntimeError(f"{call}: cannot create too many user-defined error handlers "
+                               f"({MAX_USER_ERRHANDLERS} for {family} objects)")
+        e = cls._make("user", fn, getattr(fn, "__name__", "user"))
+        used.add(free[0])
+        e._slot = (family, free[0])
+        cls._htable.add(e)
+        return e
 
-    def __hash__(self) -> int:
-        return hash((self._kind, id(self._fn)))
+    def _hval(self) -> int:
+        return self._h
 
-    def __bool__(self) -> bool:
-        return self._kind != "null"
+    def _hnullify(self) -> None:
+        self._kind, self._fn, self._name, self._h, self._slot = "null", None, "ERRHANDLER_NULL", self._hnull, None
 
     def __repr__(self) -> str:
         return f"<Errhandler {self._name or self._kind}>"
 
     def Free(self) -> None:
-        """Free the error handler (MPI_Errhandler_free); predefined handlers stay usable."""
-        if self._kind == "user":
-            self._kind, self._fn, self._name = "null", None, "ERRHANDLER_NULL"
+        """Free the error handler (MPI_Errhandler_free).
 
-    def handle(self, obj, exc: Exception) -> None:
+        This reference becomes ``ERRHANDLER_NULL``; objects that use the handler keep it.
+        The module constants (``ERRORS_RETURN``...) stay as they are.
+        """
+        if self._kind == "null":
+            raise error(ERR_ERRHANDLER, "Errhandler.Free: null error handler (ERRHANDLER_NULL)")
+        if is_constant(self):
+            return
+        if self._slot is not None:
+            family, i = self._slot
+            _user_slots.get(family, set()).discard(i)
+        self._hnullify()
+
+    def _hfree(self) -> None:
+        self.Free()
+
+    def call(self, obj, code: int) -> None:
+        """Invoke the handler for ``code`` on ``obj`` (MPI_*_call_errhandler): fatal
+        handlers end the job, user handlers are called, ERRORS_RETURN does nothing."""
+        kind = self._kind
+        if kind in ("fatal", "abort"):
+            _fatal(Exception(code))
+        elif kind == "user" and self._fn is not None:
+            self._fn(obj, code)
+
+    def _apply(self, obj, exc: Exception) -> None:
         """Apply this handler to ``exc`` raised in a call on ``obj``; raises unless fatal."""
         kind = self._kind
         if kind in ("fatal", "abort"):
-            hook = _abort_hook[0]
-            msg = f"{exc.__class__.__name__}: {exc}"
-            if hook is not None:
-                hook(exc.Get_error_class() or 1, msg)
-            else:  # pragma: no cover - no runtime yet
-                sys.stderr.write(f"gpumpi: fatal error: {msg}\n")
-                sys.stderr.flush()
-                import os
-
-                os._exit(exc.Get_error_class() or 1)
+            _fatal(exc)
         elif kind == "user" and self._fn is not None:
             self._fn(obj, exc.Get_error_code())
         raise exc
 
 
-ERRHANDLER_NULL = Errhandler()
-ERRORS_RETURN = Errhandler._make("return", name="ERRORS_RETURN")
-ERRORS_ARE_FATAL = Errhandler._make("fatal", name="ERRORS_ARE_FATAL")
-ERRORS_ABORT = Errhandler._make("abort", name="ERRORS_ABORT")
+def _fatal(exc: Exception) -> None:
+    hook = _abort_hook[0]
+    msg = f"{exc.__class__.__name__}: {exc}"
+    if hook is not None:
+        hook(exc.Get_error_class() or 1, msg)
+    else:  # pragma: no cover - no runtime yet
+        sys.stderr.write(f"gpumpi: fatal error: {msg}\n")
+        sys.stderr.flush()
+        import os
+
+        os._exit(exc.Get_error_class() or 1)
+
+
+#: Null error handler (MPI_ERRHANDLER_NULL).
+Errhandler._hbase = Errhandler
+_handles._unknown_handle[0] = lambda message: Exception(ERR_ARG, message)
+ERRHANDLER_NULL = Errhandler._htable.constant(Errhandler(), "ERRHANDLER_NULL")
+#: Errors raise MPI.Exception in the caller (MPI_ERRORS_RETURN; mpi4py's default).
+ERRORS_RETURN = Errhandler._htable.constant(
+    Errhandler._make("return", name="ERRORS_RETURN", handle=0x54000001), "ERRORS_RETURN")
+#: Errors end the job (MPI_ERRORS_ARE_FATAL).
+ERRORS_ARE_FATAL = Errhandler._htable.constant(
+    Errhandler._make("fatal", name="ERRORS_ARE_FATAL", handle=0x54000000), "ERRORS_ARE_FATAL")
+#: Errors abort the processes of the object's group (MPI_ERRORS_ABORT).
+ERRORS_ABORT = Errhandler._htable.constant(
+    Errhandler._make("abort", name="ERRORS_ABORT", handle=0x54000003), "ERRORS_ABORT")

@@ -14,42 +14,55 @@ from __future__ import annotations
 
 from .constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from .errors import ERR_ARG, ERR_GROUP, ERR_RANK, error
+from ._handles import Handle, Table
+
+_NULL_H = 0x08000000
+_EMPTY_H = 0x48000000
 
 
-class Group:
+class Group(Handle):
     """Group of processes (MPI_Group)."""
 
-    __slots__ = ("_ranks", "_me", "_index", "_null")
+    __slots__ = ("_ranks", "_me", "_index", "_null", "_h", "__weakref__")
+    _hnull = _NULL_H
+    _htable = Table("Group", -0x78000000)
 
     def __init__(self, group: "Group | None" = None) -> None:
         if group is None:
             self._set((), -1, null=True)
+        elif not isinstance(group, Group):
+            raise TypeError(f"Group: expecting a Group (got {type(group).__name__})")
         else:
-            self._set(group._ranks, group._me, group._null)
+            self._set(group._ranks, group._me, group._null, group._h)
 
-    def _set(self, ranks, me: int, null: bool = False) -> None:
+    def _set(self, ranks, me: int, null: bool = False, handle: int | None = None) -> None:
         self._ranks = tuple(ranks)
         self._me = me
         self._index = {r: i for i, r in enumerate(self._ranks)}
         self._null = null
+        if handle is None:
+            # as MPICH, every empty group is GROUP_EMPTY
+            handle = _NULL_H if null else _EMPTY_H if not self._ranks else self._htable.new()
+        self._h = handle
 
     @classmethod
     def _of(cls, ranks, me: int) -> "Group":
         g = cls.__new__(cls)
         g._set(ranks, me)
+        cls._htable.add(g)
         return g
 
     def _check(self, call: str) -> None:
         if self._null:
             raise error(ERR_GROUP, f"{call}: null group")
 
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Group):
-            return NotImplemented
-        return self._null == other._null and self._ranks == other._ranks
+    # --- handle: two groups are equal when they are the same handle (MPI_Group_compare
+    # tells IDENT/SIMILAR/UNEQUAL for the members)
+    def _hval(self) -> int:
+        return self._h
 
-    def __hash__(self) -> int:
-        return hash((self._null, self._ranks))
+    def _hnullify(self) -> None:
+        self._set((), -1, null=True)
 
     def __bool__(self) -> bool:
         return not self._null
@@ -92,11 +105,15 @@ class Group:
                 out.append(group._index.get(self._ranks[r], UNDEFINED))
         return out
 
-    @classmethod
-    def Compare(cls, group1: "Group", group2: "Group") -> int:
-        """IDENT, SIMILAR or UNEQUAL (MPI_Group_compare)."""
-        group1._check("Group.Compare")
-        group2._check("Group.Compare")
+    def Compare(self, group: "Group") -> int:
+        """IDENT, SIMILAR or UNEQUAL (MPI_Group_compare).
+
+        ``g1.Compare(g2)`` and, as in mpi4py, ``Group.Compare(g1, g2)``."""
+        group1, group2 = self, group
+        for g in (group1, group2):
+            if not isinstance(g, Group):
+                raise TypeError(f"Group.Compare: expecting a Group (got {type(g).__name__})")
+            g._check("Group.Compare")
         if group1._ranks == group2._ranks:
             return IDENT
         if set(group1._ranks) == set(group2._ranks):
@@ -188,11 +205,22 @@ class Group:
         s = set(group2._ranks)
         return Group._of([r for r in group1._ranks if r not in s], group1._me)
 
+    Intersect = Intersection
+
+    @classmethod
+    def Create_from_session_pset(cls, session, pset_name: str) -> "Group":
+        """Create a group from a session process set (MPI_Group_from_session_pset)."""
+        raise NotImplementedError("Group.Create_from_session_pset: sessions are not supported yet "
+                                  "(gpumpi issue 12)")
+
     def Free(self) -> None:
         """Free the group (MPI_Group_free)."""
         self._check("Group.Free")
         self._set((), -1, null=True)
 
 
-GROUP_NULL = Group()
-GROUP_EMPTY = Group._of((), -1)
+Group._hbase = Group
+#: Null group (MPI_GROUP_NULL).
+GROUP_NULL = Group._htable.constant(Group(), "GROUP_NULL")
+#: The group with no members (MPI_GROUP_EMPTY).
+GROUP_EMPTY = Group._htable.constant(Group._of((), -1), "GROUP_EMPTY")

@@ -4,40 +4,63 @@ from __future__ import annotations
 
 from .constants import MAX_INFO_KEY, MAX_INFO_VAL
 from .errors import ERR_ARG, ERR_INFO, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_INFO_VALUE, error
+from ._handles import Handle, Table, is_constant
+
+_NULL_H = 0x1C000000
 
 
-class Info:
-    """Info object (MPI_Info)."""
+class Info(Handle):
+    """Info object (MPI_Info).
 
-    __slots__ = ("_d", "_null", "__weakref__")
+    ``Info(info)`` is a second reference to the same object (changes through one are
+    seen through the other), as in mpi4py; ``Dup`` makes a new object."""
+
+    __slots__ = ("_d", "_null", "_h", "__weakref__")
+    _hnull = _NULL_H
+    _htable = Table("Info", -0x64000000)
 
     def __init__(self, info: "Info | None" = None) -> None:
         if info is None:
-            self._d, self._null = {}, True
+            self._d, self._null, self._h = {}, True, _NULL_H
+        elif not isinstance(info, Info):
+            raise TypeError(f"Info: expecting an Info (got {type(info).__name__})")
         else:
-            self._d, self._null = dict(info._d), info._null
+            self._d, self._null, self._h = info._d, info._null, info._h
 
     @classmethod
     def Create(cls, items=None) -> "Info":
         """Create a new, empty info object (MPI_Info_create); optional initial items."""
         i = cls.__new__(cls)
-        i._d, i._null = {}, False
+        i._d, i._null, i._h = {}, False, cls._htable.new()
+        cls._htable.add(i)
         if items is not None:
             for k, v in dict(items).items():
                 i.Set(k, v)
+        return i
+
+    @classmethod
+    def Create_env(cls, args=None) -> "Info":
+        """Create an info object with the environment of this process (MPI_Info_create_env).
+
+        The keys are those of ``INFO_ENV`` (``command``, ``argv``, ``maxprocs``,
+        ``host``, ``arch``, ``wdir``, ``thread_level``); ``args`` (the command and its
+        arguments) replace ``command`` and ``argv``."""
+        i = cls.Create()
+        i._d.update(_env_items(args))
         return i
 
     def _check(self, call: str) -> None:
         if self._null:
             raise error(ERR_INFO, f"{call}: null info object (INFO_NULL)")
 
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Info):
-            return NotImplemented
-        return self is other or (self._null and other._null)
+    def _hval(self) -> int:
+        return self._h
 
-    def __hash__(self) -> int:
-        return id(self)
+    def _hnullify(self) -> None:
+        self._d, self._null, self._h = {}, True, _NULL_H
+
+    def _hreduce(self):
+        return (type(self).Create, (self.items(),))
 
     def __bool__(self) -> bool:
         return not self._null
@@ -45,12 +68,14 @@ class Info:
     def Dup(self) -> "Info":
         """Duplicate (MPI_Info_dup)."""
         self._check("Info.Dup")
-        return Info.Create(self._d)
+        return type(self).Create(self._d)
 
     def Free(self) -> None:
-        """Free the info object (MPI_Info_free)."""
+        """Free the info object (MPI_Info_free); the constant INFO_ENV stays."""
         self._check("Info.Free")
-        self._d, self._null = {}, True
+        if is_constant(self):
+            return
+        self._hnullify()
 
     def Set(self, key: str, value: str) -> None:
         """Set a key (MPI_Info_set)."""
@@ -104,6 +129,8 @@ class Info:
         return self._d[key]
 
     def __setitem__(self, key: str, value: str) -> None:
+        if self._null:
+            raise KeyError(key)
         self.Set(key, value)
 
     def __delitem__(self, key: str) -> None:
@@ -124,24 +151,64 @@ class Info:
         return [(k, self._d[k]) for k in self]
 
     def copy(self) -> "Info":
-        return self.Dup()
+        """A new info object with the same items (INFO_NULL for INFO_NULL)."""
+        return Info() if self._null else self.Dup()
 
     def clear(self) -> None:
-        self._check("Info.clear")
-        self._d.clear()
+        """Remove every item (nothing for INFO_NULL)."""
+        if not self._null:
+            self._d.clear()
 
     def update(self, other=(), **kwds) -> None:
+        """Set the items of ``other`` and ``kwds``."""
+        if self._null:
+            raise KeyError("Info.update: null info object (INFO_NULL)")
         for k, v in dict(other, **kwds).items():
             self.Set(k, v)
 
     def pop(self, key, *default):
-        self._check("Info.pop")
+        """Remove ``key`` and return its value (or ``default``)."""
+        if self._null:
+            if default:
+                return default[0]
+            raise KeyError(key)
         return self._d.pop(key, *default)
 
     def popitem(self):
-        self._check("Info.popitem")
+        """Remove and return the last item."""
+        if self._null or not self._d:
+            raise KeyError("Info.popitem: no items")
         return self._d.popitem()
 
 
-INFO_NULL = Info()
-INFO_ENV = Info.Create({"command": "", "maxprocs": "1"})
+#: what MPI_INFO_ENV holds: filled by the MPI facade (which may read the environment)
+_ENV: dict = {}
+
+
+def set_environment(items: dict) -> None:
+    """The facade records the process environment (``command``, ``argv``, ``maxprocs``...)
+    that ``INFO_ENV`` and ``Info.Create_env`` report."""
+    _ENV.clear()
+    _ENV.update({str(k): str(v) for k, v in items.items() if v})
+    INFO_ENV._d.clear()
+    INFO_ENV._d.update(_ENV)
+
+
+def _env_items(args=None) -> dict:
+    items = dict(_ENV)
+    if args is not None:
+        argv = [str(a) for a in args]
+        items.pop("argv", None)
+        if argv:
+            items["command"] = argv[0]
+            if argv[1:]:
+                items["argv"] = " ".join(argv[1:])
+    return items
+
+
+Info._hbase = Info
+#: Null info object (MPI_INFO_NULL).
+INFO_NULL = Info._htable.constant(Info(), "INFO_NULL")
+#: Environment of the process (MPI_INFO_ENV).
+INFO_ENV = Info._htable.constant(Info.Create(), "INFO_ENV", 0x5C000001)
+INFO_ENV._h = 0x5C000001

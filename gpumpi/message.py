@@ -17,67 +17,75 @@ from . import _objects
 from . import _p2p
 from . import _runtime as _rt
 from ._progress import RECV, Xfer
+from ._handles import Handle, Table
 from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from .errors import ERR_REQUEST, error
 from .request import Request, done_xfer
 from .status import Status
 
 
-class Message:
+_NULL_H = 0x2C000000
+_NO_PROC_H = 0x6C000000
+
+
+class Message(Handle):
     """Matched message handle from Mprobe/Improbe (MPI_Message)."""
 
-    __slots__ = ("_arr", "_comm", "_noproc")
+    __slots__ = ("_arr", "_comm", "_noproc", "_h", "__weakref__")
+    _hnull = _NULL_H
+    _htable = Table("Message", -0x54000000)
 
     def __init__(self, message: "Message | None" = None) -> None:
         if message is None:
-            self._arr, self._comm, self._noproc = None, None, False
+            self._arr, self._comm, self._noproc, self._h = None, None, False, _NULL_H
+        elif not isinstance(message, Message):
+            raise TypeError(f"Message: expecting a Message (got {type(message).__name__})")
         else:
             self._arr, self._comm, self._noproc = message._arr, message._comm, message._noproc
+            self._h = message._h
 
     @classmethod
     def _of(cls, arr, comm) -> "Message":
         m = cls.__new__(cls)
-        m._arr, m._comm, m._noproc = arr, comm, False
+        m._arr, m._comm, m._noproc, m._h = arr, comm, False, cls._htable.new()
         return m
 
     @classmethod
     def _no_proc(cls) -> "Message":
         m = cls.__new__(cls)
-        m._arr, m._comm, m._noproc = None, None, True
+        m._arr, m._comm, m._noproc, m._h = None, None, True, _NO_PROC_H
         return m
 
-    @classmethod
-    def Probe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":
-        """Blocking matched probe on ``comm`` (MPI_Mprobe)."""
-        return comm.Mprobe(source, tag, status)
+    def _hval(self) -> int:
+        if self._noproc:
+            return _NO_PROC_H
+        return _NULL_H if self._arr is None else self._h
 
-    @classmethod
-    def Iprobe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG,
-               status: Status | None = None) -> "Message | None":
-        """Nonblocking matched probe on ``comm`` (MPI_Improbe); None when nothing matches."""
-        return comm.Improbe(source, tag, status)
-
-    def __reduce__(self):
-        # the predefined handles pickle by name (loads gives the same object), copies of them by
-        # value; a matched message is a handle on this process's queues and cannot travel
-        if self is MESSAGE_NULL:
-            return "MESSAGE_NULL"
-        if self is MESSAGE_NO_PROC:
-            return "MESSAGE_NO_PROC"
-        if self._arr is None:
-            return (Message, (MESSAGE_NO_PROC,) if self._noproc else ())
-        raise ValueError("Message: cannot pickle a matched message handle")
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Message):
-            return NotImplemented
-        return self._arr is other._arr and self._noproc == other._noproc
-
-    def __hash__(self) -> int:
-        return hash((id(self._arr), self._noproc))
+    def _hnullify(self) -> None:
+        self._arr, self._comm, self._noproc, self._h = None, None, False, _NULL_H
 
     def __bool__(self) -> bool:
         return self._arr is not None or self._noproc
+
+    @classmethod
+    def Probe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":
+        """Blocking matched probe (MPI_Mprobe): ``comm.Mprobe``."""
+        return comm.Mprobe(source, tag, status)
+
+    @classmethod
+    def Iprobe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
+        """Nonblocking matched probe (MPI_Improbe): ``comm.Improbe``; None if nothing matched."""
+        return comm.Improbe(source, tag, status)
+
+    @classmethod
+    def probe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":
+        """Blocking matched probe of an object message: ``comm.mprobe``."""
+        return comm.mprobe(source, tag, status)
+
+    @classmethod
+    def iprobe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
+        """Nonblocking matched probe of an object message: ``comm.improbe``."""
+        return comm.improbe(source, tag, status)
 
     def _take(self, call: str):
         if self._noproc:
@@ -148,5 +156,8 @@ class Message:
                            lambda _o: _objects.load(x, "Message.irecv", comm._w, comm._ctx))
 
 
-MESSAGE_NULL = Message()
-MESSAGE_NO_PROC = Message._no_proc()
+Message._hbase = Message
+#: Null message (MPI_MESSAGE_NULL).
+MESSAGE_NULL = Message._htable.constant(Message(), "MESSAGE_NULL")
+#: The message a matched probe of PROC_NULL returns (MPI_MESSAGE_NO_PROC).
+MESSAGE_NO_PROC = Message._htable.constant(Message._no_proc(), "MESSAGE_NO_PROC")

@@ -18,8 +18,9 @@ from __future__ import annotations
 from . import _runtime as _rt
 from ._progress import GREQ, RECV, SENT, Xfer
 from .constants import ANY_TAG, PROC_NULL, UNDEFINED
-from .errors import ERR_IN_STATUS, ERR_PENDING, ERR_REQUEST, SUCCESS, error
+from .errors import ERR_IN_STATUS, ERR_OTHER, ERR_PENDING, ERR_REQUEST, SUCCESS, Get_error_string, error
 from .errors import Exception as MPIException
+from ._handles import Handle, Table
 from .status import Status
 
 
@@ -27,35 +28,53 @@ def _engine():
     return _rt.ENGINE
 
 
-class Request:
+_NULL_H = 0x2C000000
+
+
+class Request(Handle):
     """Request handle (MPI_Request)."""
 
-    __slots__ = ("_x", "_comm", "_post", "_keep", "_value", "__weakref__")
+    __slots__ = ("_x", "_comm", "_post", "_keep", "_value", "_h", "__weakref__")
+    _hnull = _NULL_H
+    _htable = Table("Request", -0x54000000)
 
     def __init__(self, request: "Request | None" = None) -> None:
         if request is None:
             self._x = self._comm = self._post = self._keep = self._value = None
+            self._h = _NULL_H
+        elif not isinstance(request, Request):
+            raise TypeError(f"{type(self).__name__}: expecting a Request (got {type(request).__name__})")
         else:
             self._x, self._comm, self._post = request._x, request._comm, request._post
-            self._keep, self._value = request._keep, request._value
+            self._keep, self._value, self._h = request._keep, request._value, request._hown()
+        self._init_more(request)
+
+    def _init_more(self, request) -> None:
+        """Subclasses copy their own state from ``request`` (or set the null state)."""
 
     @classmethod
     def _of(cls, x, comm=None, post=None, keep=None) -> "Request":
         r = cls.__new__(cls)
         r._x, r._comm, r._post, r._keep, r._value = x, comm, post, keep, None
+        r._h = cls._htable.new()
         return r
 
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Request):
-            return NotImplemented
-        return self._x is other._x
+    # --- handle: one per operation; a completed (or freed) request is REQUEST_NULL
+    def _hown(self) -> int:
+        """This request's own handle value, given on first use (subclasses built elsewhere
+        with ``__new__`` get theirs here)."""
+        try:
+            return self._h
+        except AttributeError:
+            self._h = self._htable.new()
+            return self._h
 
-    def __ne__(self, other) -> bool:
-        r = self.__eq__(other)
-        return r if r is NotImplemented else not r
+    def _hval(self) -> int:
+        return _NULL_H if self._x is None else self._hown()
 
-    def __hash__(self) -> int:
-        return id(self._x)
+    def _hnullify(self) -> None:
+        self._x = self._keep = None
+        self._h = _NULL_H
 
     def __bool__(self) -> bool:
         return self._x is not None
@@ -83,7 +102,7 @@ class Request:
             exc = error(x.err, x.errmsg or "")
             comm = self._comm
             if comm is not None:
-                comm._errh.handle(comm, exc)
+                comm._errh._apply(comm, exc)
             raise exc
         if post is not None and not x.cancelled:
             self._value = post(x)
@@ -213,6 +232,8 @@ class Request:
         reqs = list(requests)
         act = [(i, r._active()) for i, r in enumerate(reqs) if r._active() is not None]
         if not act:
+            if status is not None:
+                status._fill(-2, -1, 0)
             return UNDEFINED, True
         eng = _engine()
         with eng.lock:
@@ -260,7 +281,7 @@ class Request:
             return False
         if statuses is not None:
             _grow(statuses, len(reqs))
-            for i, x in enumerate(xs):
+            for i, x in enumerate(xs[:len(statuses)]):
                 if x is None:
                     statuses[i]._fill(-2, -1, 0)
                 else:
@@ -308,7 +329,7 @@ class Request:
         idx = [i for i, x in enumerate(act) if x is not None and x.done]
         if statuses is not None:
             _grow(statuses, len(idx))
-            for k, i in enumerate(idx):
+            for k, i in enumerate(idx[:len(statuses)]):
                 x = act[i]
                 statuses[k]._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
         return idx
@@ -331,6 +352,21 @@ class Request:
     def cancel(self) -> None:
         """Cancel the request."""
         self.Cancel()
+
+    @classmethod
+    def get_status_any(cls, requests, status: Status | None = None) -> tuple[int, bool]:
+        """Non-destructive test for the completion of any request (MPI_Request_get_status_any)."""
+        return Request.Get_status_any(requests, status)
+
+    @classmethod
+    def get_status_all(cls, requests, statuses=None) -> bool:
+        """Non-destructive test for the completion of all requests (MPI_Request_get_status_all)."""
+        return Request.Get_status_all(requests, statuses)
+
+    @classmethod
+    def get_status_some(cls, requests, statuses=None):
+        """Non-destructive test for the completion of some requests (MPI_Request_get_status_some)."""
+        return Request.Get_status_some(requests, statuses)
 
     @classmethod
     def waitany(cls, requests, status: Status | None = None):
@@ -402,7 +438,8 @@ def _complete_many(requests, reqs, idx, statuses, compact: bool = False) -> None
     errors = []
     for k, i in enumerate(idx):
         r = reqs[i]
-        st = None if statuses is None else statuses[k if compact else i]
+        j = k if compact else i
+        st = None if statuses is None or j >= len(statuses) else statuses[j]
         try:
             if r._active() is None:
                 r._empty(st)
@@ -418,7 +455,7 @@ def _complete_many(requests, reqs, idx, statuses, compact: bool = False) -> None
             raise errors[0][1]
         if statuses is not None and not compact:
             failed = {i for i, _ in errors}
-            for i in range(len(reqs)):
+            for i in range(min(len(reqs), len(statuses))):
                 if i not in failed and statuses[i].error == SUCCESS and reqs[i]._x is not None:
                     statuses[i].error = ERR_PENDING
         first = errors[0][1]
@@ -439,15 +476,18 @@ class Prequest(Request):
         r._inactive_x = None
         return r
 
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Request):
-            return NotImplemented
-        if self._start is None:
-            return other._x is None and not getattr(other, "_start", None)
-        return self is other
+    def _init_more(self, request) -> None:
+        if request is not None and request and not isinstance(request, Prequest):
+            raise TypeError(f"Prequest: expecting a persistent request (got {type(request).__name__})")
+        self._start = getattr(request, "_start", None)
+        self._inactive_x = getattr(request, "_inactive_x", None)
 
-    def __hash__(self) -> int:
-        return id(self)
+    def _hval(self) -> int:
+        return _NULL_H if self._start is None else self._hown()
+
+    def _hnullify(self) -> None:
+        super()._hnullify()
+        self._start = None
 
     def __bool__(self) -> bool:
         return self._start is not None
@@ -478,23 +518,46 @@ class Prequest(Request):
         self._keep = None
 
 
+def _callback_error(exc: BaseException) -> int:
+    """A user callback raised: print its traceback (as mpi4py does) and give the error code
+    MPI reports for it (the MPI.Exception's, else ERR_OTHER)."""
+    import traceback
+
+    traceback.print_exception(type(exc), exc, exc.__traceback__)
+    return exc.Get_error_code() if isinstance(exc, MPIException) else ERR_OTHER
+
+
 class Grequest(Request):
     """Generalized request (MPI_Grequest_start / MPI_Grequest_complete)."""
 
-    __slots__ = ("_query", "_free", "_cancel", "_args", "_kwargs")
+    __slots__ = ("_query", "_free", "_cancel", "_args", "_kwargs", "_result")
+
+    def _init_more(self, request) -> None:
+        if request is not None and request._x is not None and not isinstance(request, Grequest):
+            raise TypeError(f"Grequest: expecting a generalized request (got {type(request).__name__})")
+        for name in Grequest.__slots__:
+            setattr(self, name, getattr(request, name, None) if request is not None else None)
+        if self._args is None:
+            self._args, self._kwargs = (), {}
 
     @classmethod
     def Start(cls, query_fn=None, free_fn=None, cancel_fn=None, args=None, kwargs=None) -> "Grequest":
-        """Create a generalized request (MPI_Grequest_start)."""
+        """Create a generalized request (MPI_Grequest_start).
 
+        ``query_fn(status, *args, **kwargs)`` fills the status when the request completes,
+        ``free_fn(*args, **kwargs)`` runs after it, ``cancel_fn(completed, *args, **kwargs)``
+        on ``Cancel``."""
         _rt.ensure()
         r = cls.__new__(cls)
         r._x = Xfer(GREQ)
         r._x.st_source, r._x.st_tag = -2, -1
         r._comm = r._post = r._keep = r._value = None
+        r._h = cls._htable.new()
         r._query, r._free, r._cancel = query_fn, free_fn, cancel_fn
         r._args = tuple(args) if args is not None else ()
         r._kwargs = dict(kwargs) if kwargs is not None else {}
+        r._result = None
+        cls._htable.add(r)
         return r
 
     def Complete(self) -> None:
@@ -504,27 +567,51 @@ class Grequest(Request):
             raise error(ERR_REQUEST, "Grequest.Complete: null request")
         x.done = True
 
-    complete = Complete
+    def complete(self, obj=None) -> None:
+        """Mark the generalized request complete; ``wait``/``test`` return ``obj``."""
+        self._result = obj
+        self.Complete()
 
     def _finish(self, status) -> None:
         x = self._x
         st = Status()
         st._fill(-2, -1, 0)
+        err = SUCCESS
         if self._query is not None:
-            self._query(st, *self._args, **self._kwargs)
+            try:
+                self._query(st, *self._args, **self._kwargs)
+            except BaseException as exc:  # noqa: BLE001 - a user callback: reported as MPI does
+                err = _callback_error(exc)
+            if self._cancel is None:
+                st.cancelled = False
         x.st_source, x.st_tag, x.st_nbytes, x.cancelled = st.source, st.tag, st._nbytes, st.cancelled
-        if st.error:
-            x.err = st.error
         if self._free is not None:
-            self._free(*self._args, **self._kwargs)
+            try:
+                self._free(*self._args, **self._kwargs)
+            except BaseException as exc:  # noqa: BLE001
+                err = err or _callback_error(exc)
+        if not err and st.error:
+            err = st.error
+        if err:
+            x.err = err
+            x.errmsg = f"Grequest: a callback failed ({Get_error_string(err)})"
+        result, self._result = self._result, None
+        post = (lambda _x: result) if result is not None else None
+        self._post = post
         super()._finish(status)
 
     def _cancel_greq(self, x) -> None:
         if self._cancel is not None:
-            self._cancel(x.done, *self._args, **self._kwargs)
+            try:
+                self._cancel(x.done, *self._args, **self._kwargs)
+            except BaseException as exc:  # noqa: BLE001
+                code = _callback_error(exc)
+                raise error(code, f"Grequest.Cancel: cancel_fn failed ({Get_error_string(code)})") from None
 
 
-REQUEST_NULL = Request()
+Request._hbase = Request
+#: Null request (MPI_REQUEST_NULL).
+REQUEST_NULL = Request._htable.constant(Request(), "REQUEST_NULL")
 
 
 # --- completion combinators: operations made of operations --------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 from .constants import ANY_SOURCE, ANY_TAG, UNDEFINED
 from .errors import ERR_ARG, ERR_COUNT, ERR_TYPE, SUCCESS, error
 
@@ -12,31 +14,124 @@ def _byte():
     return BYTE
 
 
-class Status:
-    """Status object (MPI_Status): source, tag, error, received size, cancelled flag."""
+#: MPICH's MPI_Status layout (F_STATUS_SIZE ints): count low bits, count high bits with the
+#: cancelled flag in bit 0, then MPI_SOURCE, MPI_TAG, MPI_ERROR (F_SOURCE, F_TAG, F_ERROR)
+_STATUS_INTS = 5
 
-    __slots__ = ("source", "tag", "error", "_nbytes", "cancelled")
+
+class Status:
+    """Status object (MPI_Status): source, tag, error, received size, cancelled flag.
+
+    The fields live in an ``array('i')`` laid out as MPICH's ``MPI_Status``, so
+    ``tomemory()`` is a writable view of them and ``py2f()`` reads them."""
+
+    __slots__ = ("_m", "__weakref__")
 
     def __init__(self, status: "Status | None" = None) -> None:
         if status is None:
-            self.source, self.tag, self.error, self._nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
+            self._m = array("i", (0, 0, ANY_SOURCE, ANY_TAG, SUCCESS))
+        elif not isinstance(status, Status):
+            raise TypeError(f"Status: expecting a Status (got {type(status).__name__})")
         else:
-            self.source, self.tag, self.error = status.source, status.tag, status.error
-            self._nbytes, self.cancelled = status._nbytes, status.cancelled
+            self._m = array("i", status._m)
 
     def _fill(self, source: int, tag: int, nbytes: int, err: int = SUCCESS, cancelled: bool = False) -> None:
-        self.source, self.tag, self._nbytes, self.error, self.cancelled = source, tag, nbytes, err, cancelled
+        m = self._m
+        m[0] = nbytes & 0xFFFFFFFF if nbytes < 0x80000000 else (nbytes & 0xFFFFFFFF) - (1 << 32)
+        m[1] = ((nbytes >> 32) << 1) | (1 if cancelled else 0)
+        m[2], m[3], m[4] = source, tag, err
+
+    # --- the fields ---------------------------------------------------------------------
+    @property
+    def source(self) -> int:
+        """Message source (MPI_SOURCE)."""
+        return self._m[2]
+
+    @source.setter
+    def source(self, value: int) -> None:
+        self._m[2] = value
+
+    @property
+    def tag(self) -> int:
+        """Message tag (MPI_TAG)."""
+        return self._m[3]
+
+    @tag.setter
+    def tag(self, value: int) -> None:
+        self._m[3] = value
+
+    @property
+    def error(self) -> int:
+        """Error code (MPI_ERROR)."""
+        return self._m[4]
+
+    @error.setter
+    def error(self, value: int) -> None:
+        self._m[4] = value
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the request was cancelled (MPI_Test_cancelled)."""
+        return bool(self._m[1] & 1)
+
+    @cancelled.setter
+    def cancelled(self, value: bool) -> None:
+        m = self._m
+        m[1] = (m[1] & ~1) | (1 if value else 0)
+
+    @property
+    def _nbytes(self) -> int:
+        m = self._m
+        return (m[0] & 0xFFFFFFFF) | ((m[1] >> 1) << 32)
+
+    @_nbytes.setter
+    def _nbytes(self, value: int) -> None:
+        self._fill(self.source, self.tag, value, self.error, self.cancelled)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Status):
             return NotImplemented
-        return (self.source, self.tag, self.error, self._nbytes, self.cancelled) == (
-            other.source, other.tag, other.error, other._nbytes, other.cancelled)
+        return self._m == other._m
+
+    def __ne__(self, other) -> bool:
+        if not isinstance(other, Status):
+            return NotImplemented
+        return self._m != other._m
 
     __hash__ = None
 
     def __repr__(self) -> str:
         return f"<Status source={self.source} tag={self.tag} error={self.error} bytes={self._nbytes}>"
+
+    def __reduce__(self):
+        return (_new_status, (type(self),), self.__getstate__())
+
+    def __getstate__(self) -> dict:
+        return {"source": self.source, "tag": self.tag, "error": self.error,
+                "count": self._nbytes, "cancelled": self.cancelled}
+
+    def __setstate__(self, state: dict) -> None:
+        self._m = array("i", (0, 0, ANY_SOURCE, ANY_TAG, SUCCESS))
+        self._fill(int(state["source"]), int(state["tag"]), int(state.get("count", 0)),
+                   int(state["error"]), bool(state.get("cancelled", False)))
+
+    def tomemory(self) -> memoryview:
+        """A writable view of the status as ints (MPI_Status memory, MPICH layout)."""
+        return memoryview(self._m)
+
+    def py2f(self) -> list[int]:
+        """Fortran status (MPI_Status_c2f): F_STATUS_SIZE ints."""
+        return list(self._m)
+
+    @classmethod
+    def f2py(cls, arg) -> "Status":
+        """Status from a Fortran status (MPI_Status_f2c)."""
+        vals = [int(v) for v in arg]
+        if len(vals) < _STATUS_INTS:
+            raise error(ERR_ARG, f"Status.f2py: expected {_STATUS_INTS} integers (got {len(vals)})")
+        st = cls()
+        st._m = array("i", vals[:_STATUS_INTS])
+        return st
 
     def Get_source(self) -> int:
         """Message source (MPI_SOURCE)."""
@@ -116,6 +211,10 @@ class Status:
     @count.setter
     def count(self, value: int) -> None:
         self.Set_elements(_byte(), value)
+
+
+def _new_status(cls):
+    return cls()
 
 
 def _dt_size(dt, call: str) -> int:

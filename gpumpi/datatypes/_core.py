@@ -263,7 +263,10 @@ class Datatype:
 
     def __reduce__(self):
         if self._combiner == COMBINER_NAMED or self._size is None:
-            return (Datatype.fromhandle, (self._handle,))
+            const = _PREDEFINED.get(self._handle)
+            if const is self or const is None:
+                return (Datatype.fromhandle, (self._handle,))
+            return (type(self), (const,))
         base, name, kw = self.decode()
         return (_rebuild, (base, name, kw, self._rec.committed))
 
@@ -552,9 +555,18 @@ class Datatype:
             raise failure
 
     def free(self) -> None:
-        """Call `Free` if not null or predefined."""
-        if self._size is not None and not self._rec.freed and self._combiner not in _PREDEFINED_COMBINERS:
-            self.Free()
+        """Call `Free` if not null or predefined (mpi4py's safe free).
+
+        The module constants stay; another reference to a predefined type becomes
+        DATATYPE_NULL."""
+        if self._size is None or self._rec.freed:
+            return
+        if self._combiner in _PREDEFINED_COMBINERS:
+            if _PREDEFINED.get(self._handle) is not self:
+                for slot in _COPY_SLOTS:
+                    setattr(self, slot, getattr(_NULL, slot))
+            return
+        self.Free()
 
     # -- decoding ------------------------------------------------------------------------
 

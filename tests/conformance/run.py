@@ -220,6 +220,23 @@ def key(ref: bool, device: str | None) -> str:
     return "mpich" if ref else (f"gpumpi-{device}" if device else "gpumpi")
 
 
+def reason_for(expected: dict, module: str, test_id: str) -> str | None:
+    """The recorded reason a test of ``module`` may fail on gpumpi (patterns are fnmatch globs on ids)."""
+    import fnmatch
+
+    for pattern, why in expected["modules"].get(module, {}).get("reasons", {}).items():
+        if fnmatch.fnmatchcase(test_id, pattern) or fnmatch.fnmatchcase(test_id, f"test_{module}.{pattern}"):
+            return why
+    return None
+
+
+def unexplained(r: ModuleResult, expected: dict) -> list[str]:
+    """Tests that failed, erred, crashed or hung in ``r`` with no reason in expected.json."""
+    out = [f"{o} {t}: {why}" for t, (o, why) in sorted(r.failures().items()) if reason_for(expected, r.module, t) is None]
+    out += [f"BROKE {t}: {why}" for t, why in r.broke if t is None]
+    return out
+
+
 def check(results: list[ModuleResult], expected: dict, which: str) -> list[str]:
     """Every count below its expectation, as lines (empty: all met)."""
     bad = []
@@ -270,7 +287,8 @@ def main(argv=None) -> int:
             for n in ns.n:
                 r = by[m][n]
                 for t, (o, why) in sorted(r.failures().items()):
-                    print(f"    @{n} {o:<5} {t}: {why}")
+                    known = reason_for(expected, m, t)
+                    print(f"    @{n} {o:<5} {t}: {why}" + (f"  [{known}]" if known else "  [NO REASON]"))
                 for t, why in r.broke:
                     print(f"    @{n} BROKE {t}: {why}")
     print(f"({len(jobs)} runs in {time.monotonic() - t0:.0f}s; cells: passed/mpich, ! = a crash or hang)")

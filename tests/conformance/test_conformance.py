@@ -1,0 +1,76 @@
+"""mpi4py's own test suite on gpumpi: no module of the CI set may pass fewer tests than expected.json says.
+
+Each (module, world size) of ``expected.json``'s ``ci`` list runs mpi4py 4.1.2's
+``test_<module>.py`` under ``gpumpirun --mpi4py`` (see ``run.py``) and must
+
+* pass at least the recorded ``gpumpi`` count (counts only ever go up: raise them with
+  ``python tests/conformance/run.py --write`` when a change makes more tests pass),
+* end without a crash or a hang, and
+* fail no test without a one-line reason in the module's ``reasons`` (fnmatch patterns
+  on test ids).
+
+The modules of ``ci_sim`` run again with ``GPUMPI_DEVICE=sim``, where the suite's
+fake-GPU (CUDA array interface) arrays are simulated device memory, against the
+``gpumpi-sim`` counts.  The sdist comes from PyPI through pip, once (cached).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "gpumpi_conformance_run", os.path.join(os.path.dirname(__file__), "run.py")
+)
+run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run)
+
+EXPECTED = run.load_expected()
+SIZES = (1, 2, 3)
+
+
+@pytest.fixture(scope="module")
+def testdir():
+    return run.fetch()
+
+
+def _check(testdir, module, n, device):
+    which = run.key(False, device)
+    want = EXPECTED["modules"].get(module, {}).get(which, {}).get(str(n))
+    assert want is not None, f"expected.json has no {which} count for {module} at {n} ranks"
+    r = run.run_module(testdir, module, n, device=device, timeout=run.MODULE_TIMEOUT)
+    failing = "\n".join(f"  {o} {t}: {why}" for t, (o, why) in sorted(r.failures().items()))
+    assert not r.broke, f"test_{module} at {n} ranks crashed or hung: {r.broke}\n{failing}"
+    assert r.count >= want, f"test_{module} at {n} ranks: {r.count} passed < {want} expected; failing:\n{failing}"
+    loose = run.unexplained(r, EXPECTED)
+    assert not loose, f"test_{module} at {n} ranks: failures with no reason in expected.json:\n" + "\n".join(loose)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("module", EXPECTED["ci"])
+def test_mpi4py_module(testdir, module, n):
+    _check(testdir, module, n, None)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("module", EXPECTED.get("ci_sim", []))
+def test_mpi4py_module_on_simulated_device(testdir, module, n):
+    _check(testdir, module, n, "sim")
+
+
+def test_expectations_never_exceed_the_reference():
+    """An expectation above MPICH's count would be a typo (or a test that cannot fail)."""
+    for module, entry in EXPECTED["modules"].items():
+        ref = entry.get("mpich", {})
+        for which in ("gpumpi", "gpumpi-sim"):
+            for n, count in entry.get(which, {}).items():
+                if n in ref:
+                    assert count <= ref[n] or module in EXPECTED.get("beyond_mpich", {}), (module, which, n)
+
+
+def test_every_reason_is_one_line():
+    for module, entry in EXPECTED["modules"].items():
+        for pattern, why in entry.get("reasons", {}).items():
+            assert why.strip() and "\n" not in why, (module, pattern)
