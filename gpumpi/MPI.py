@@ -7,6 +7,7 @@ run plainly (``python prog.py``) it is a world of one process.
 
 from __future__ import annotations
 
+import ctypes as _ctypes
 import mmap as _mmap
 import os as _os
 import socket as _socket
@@ -15,7 +16,8 @@ import time as _time
 from . import _config as _cfg
 from . import _runtime as _rt
 from ._version import __version__ as _version
-from ._p2p import Attach_buffer, Detach_buffer, Flush_buffer  # noqa: F401
+from ._membuffer import buffer, memory  # noqa: F401
+from ._p2p import Attach_buffer, Detach_buffer, Flush_buffer, Iflush_buffer  # noqa: F401
 from .comm import (  # noqa: F401
     COMM_NULL,
     Cartcomm,
@@ -59,7 +61,6 @@ from .op import (  # noqa: F401
 )
 from .session import SESSION_NULL, Session  # noqa: F401
 from .win import WIN_NULL, Win  # noqa: F401
-from ._membuffer import buffer, memory  # noqa: F401
 from ._pickle import PICKLE as pickle, Pickle  # noqa: F401
 from . import _commctx
 
@@ -248,11 +249,11 @@ def _commctx_inter(comm: Intercomm):
 
 
 # --- memory ---------------------------------------------------------------------------------------
-_allocs: dict = {}
+_allocs: dict = {}  # id(buffer) -> buffer, from Alloc_mem until Free_mem
 
 
-def Alloc_mem(size: int, info=None) -> memoryview:
-    """Allocate shared memory (MPI_Alloc_mem): a writable memoryview over an anonymous shared map."""
+def Alloc_mem(size: int, info=None) -> buffer:
+    """Allocate shared memory (MPI_Alloc_mem): a writable :class:`buffer` over an anonymous shared map."""
     try:
         size = int(size)
     except (TypeError, ValueError):
@@ -268,23 +269,19 @@ def Alloc_mem(size: int, info=None) -> memoryview:
             _os.close(fd)
     except OSError as e:
         raise _error(ERR_NO_MEM, f"Alloc_mem: cannot allocate {size} bytes ({e})") from None
-    mv = memoryview(m)[:size]
-    _allocs[id(mv)] = (mv, m)
-    return mv
+    addr = _ctypes.addressof(_ctypes.c_char.from_buffer(m))
+    buf = buffer._make(m, addr, size, False, "host", m)
+    _allocs[id(buf)] = buf
+    return buf
 
 
 def Free_mem(mem) -> None:
-    """Free memory from Alloc_mem (MPI_Free_mem); views of it must be released first."""
-    ent = _allocs.pop(id(mem), None)
-    if ent is None:
+    """Free memory from Alloc_mem (MPI_Free_mem): the buffer is released (address 0); the
+    mapping itself goes when nothing refers to its bytes any more (no view is left dangling)."""
+    if _allocs.get(id(mem)) is not mem:
         raise _error(ERR_ARG, "Free_mem: memory was not allocated by Alloc_mem")
-    mv, m = ent
-    mv.release()
-    try:
-        m.close()
-    except BufferError:
-        _allocs[id(mem)] = ent
-        raise _error(ERR_ARG, "Free_mem: memory still has exported views (numpy arrays over it)") from None
+    del _allocs[id(mem)]
+    mem.release()
 
 
 # --- gpumpi extensions ----------------------------------------------------------------------------

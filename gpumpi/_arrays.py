@@ -24,12 +24,19 @@ Probing order, as mpi4py's ``PyMPI_GetBuffer``: an exact ``numpy.ndarray`` first
 :func:`as_buffer` returns contiguous memory: C- or Fortran-contiguous buffers
 (``BufferError`` otherwise), writable when ``readonly`` is false (``BufferError``).
 ``BufferView.readonly`` reports the memory itself, whatever access was asked for.
-With ``strided=True`` a non-contiguous CAI or DLPack array (or NumPy array behind
-CPU DLPack) is a :class:`StridedView` instead: the address of its first element,
+With ``strided=True`` a non-contiguous CAI or DLPack array (any device type) is a
+:class:`StridedView` instead: the address of its first element,
 its shape and byte strides (negative and zero strides included) and the bytes it
 touches; :mod:`gpumpi._buffers` turns it into a message with an automatic
 derived datatype, as it does strided NumPy views.  Masked arrays, unknown byte
 orders and malformed interfaces stay ``BufferError``.
+
+DLPack is consumed by gpumpi itself, on every device type (CPU included), with
+ctypes and never through NumPy (:func:`_from_dlpack`): the capsule is renamed
+``used_dltensor[_versioned]`` and the view's owner, a :class:`DLPackOwner`,
+calls the producer's deleter exactly once when the last view of the memory is
+released; a read-only tensor (versioned flag) is refused where writable memory
+is asked for.
 
 Memory kinds: ``'host'`` (addressable by the CPU: NumPy, the buffer protocol,
 DLPack CPU/CUDA-host, CAI pointers the CUDA driver calls host memory, pageable
@@ -73,7 +80,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
+import operator
 import sys
+import warnings
 
 import numpy as np
 
@@ -225,7 +234,7 @@ def _extent_of(shape, strides, itemsize: int) -> tuple[int, int]:
 
 
 def _strided_nd(a, readonly: bool, call: str) -> StridedView:
-    """A StridedView of a non-contiguous host NumPy array (strided NumPy views, CPU DLPack)."""
+    """A StridedView of a non-contiguous host NumPy array (strided NumPy views)."""
     addr, fl = _nd_addr_flags(a)
     ro = not fl & _WRITEABLE
     if ro and not readonly:
@@ -348,10 +357,12 @@ class _DLManagedTensorVersioned(ctypes.Structure):
     ]
 
 
-_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+# private prototypes: ``pythonapi[name]`` is a function object of our own (``pythonapi.name``
+# is shared with every other user of ctypes, who may set other argtypes)
+_capsule_valid = ctypes.pythonapi["PyCapsule_IsValid"]
 _capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _capsule_valid.restype = ctypes.c_int
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer = ctypes.pythonapi["PyCapsule_GetPointer"]
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _capsule_pointer.restype = ctypes.c_void_p
 
@@ -401,58 +412,145 @@ def _dlpack_dtype(code: int, bits: int, lanes: int) -> np.dtype:
     return np.dtype(f"V{nbytes}")
 
 
-def _from_dlpack(obj, readonly: bool, call: str) -> BufferView:
-    dev_type, dev_id = obj.__dlpack_device__()
-    if dev_type == kDLCPU:
-        a = np.from_dlpack(obj)
-        if a.size and not (a.flags.c_contiguous or a.flags.f_contiguous):
-            return _strided_nd(a, readonly, call)
-        return _from_ndarray(a, readonly, call)
-    if dev_type not in (kDLCUDA, kDLCUDAHost, kDLCUDAManaged, kDLROCMHost):
-        raise BufferError(f"{_p(call)}dlpack: unsupported device type {dev_type} ({type(obj).__name__})")
+_capsule_set_name = ctypes.pythonapi["PyCapsule_SetName"]
+_capsule_set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_set_name.restype = ctypes.c_int
+_DL_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # void (*deleter)(DLManagedTensor[Versioned] *)
+_DLPACK_IS_COPIED = 2
+# device types whose memory the CPU addresses: no stream (``__dlpack__(stream=None)``)
+_DL_HOST_TYPES = (kDLCPU, kDLCUDAHost, kDLROCMHost)
+_DL_TYPES = (kDLCPU, kDLCUDA, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged)
+
+
+class DLPackOwner:
+    """The owner of a consumed DLPack capsule (the BufferView's ``obj``).
+
+    Consuming renames the capsule ``used_dltensor[_versioned]`` (so the producer's
+    capsule destructor leaves the tensor alone); this object keeps the capsule and
+    the exporter alive and calls the tensor's deleter exactly once, when it is
+    released (the last view or memoryview of the memory gone).
+    """
+
+    __slots__ = ("capsule", "exporter", "managed", "_deleter", "__weakref__")
+
+    def __init__(self, capsule, exporter, managed: int, deleter: int | None) -> None:
+        self.capsule = capsule  # kept until after the deleter ran: some producers own the struct through it
+        self.exporter = exporter
+        self.managed = managed  # address of the DLManagedTensor(Versioned)
+        self._deleter = deleter
+
+    def release(self) -> None:
+        """Call the producer's deleter now (once; later calls do nothing)."""
+        d, self._deleter = self._deleter, None
+        if d:
+            _DL_DELETER(d)(self.managed)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: ctypes may be gone
+            pass
+
+    def __repr__(self) -> str:
+        return f"<DLPackOwner of {type(self.exporter).__name__} managed={self.managed:#x}>"
+
+
+def _dl_index(v, what: str, call: str) -> int:
     try:
-        capsule = obj.__dlpack__(stream=-1, max_version=(1, 0), copy=False)
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{_p(call)}dlpack: __dlpack_device__ {what} must be an integer "
+                        f"({type(v).__name__})") from None
+
+
+def _from_dlpack(obj, readonly: bool, call: str, consume: bool = True) -> BufferView:
+    """A DLPack exporter (``__dlpack__`` + ``__dlpack_device__``) on any device type gpumpi
+    addresses, read with ctypes (mpi4py ``Py_GetDLPackBuffer``), never through NumPy.
+
+    The exchange protocol: ``__dlpack__(max_version=(1, 0), copy=False)`` first (a versioned
+    capsule), ``__dlpack__()`` for DLPack 0.x producers (``TypeError``); ``stream`` is left
+    out (None) for host memory (CPU, CUDA/ROCm pinned host), which has no stream, and is -1
+    ("no synchronization") for device memory, which gpumpi orders itself after the current
+    stream or ``stream=`` (as for CUDA-array-interface objects without a stream).  With
+    ``consume`` the capsule is renamed ``used_dltensor[_versioned]`` once every check passed
+    and the view's owner is a :class:`DLPackOwner` that calls the deleter when released;
+    without (``Get_address``: nothing is kept) the capsule is only read, and left to the
+    producer.  A read-only tensor is refused where writable memory is asked for.
+    """
+    dev = obj.__dlpack_device__()
+    dev_type, dev_id = dev  # TypeError/ValueError, as mpi4py, for anything but a pair
+    dev_type = _dl_index(dev_type, "device type", call)
+    dev_id = _dl_index(dev_id, "device id", call)
+    if dev_type not in _DL_TYPES:
+        raise BufferError(f"{_p(call)}dlpack: unsupported device type {dev_type} ({type(obj).__name__})")
+    host = dev_type in _DL_HOST_TYPES
+    kw = {} if host else {"stream": -1}
+    try:
+        capsule = obj.__dlpack__(max_version=(1, 0), copy=False, **kw)
     except TypeError:  # DLPack 0.x producer
-        capsule = obj.__dlpack__(stream=-1)
+        capsule = obj.__dlpack__(**kw)
     if _capsule_valid(capsule, b"dltensor_versioned"):
-        managed = _DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, b"dltensor_versioned"))
+        name = b"dltensor_versioned"
+        addr_m = _capsule_pointer(capsule, name)
+        managed = _DLManagedTensorVersioned.from_address(addr_m)
         if managed.major < 1:
             raise BufferError(f"{_p(call)}dlpack: unexpected version {managed.major}.{managed.minor}")
         ro = bool(managed.flags & _DLPACK_READ_ONLY)
+        copied = bool(managed.flags & _DLPACK_IS_COPIED)
     elif _capsule_valid(capsule, b"dltensor"):
-        managed = _DLManagedTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
-        ro = False
+        name = b"dltensor"
+        addr_m = _capsule_pointer(capsule, name)
+        managed = _DLManagedTensor.from_address(addr_m)
+        ro = copied = False
     else:
-        raise BufferError(f"{_p(call)}dlpack: invalid capsule object ({type(obj).__name__})")
+        raise BufferError(f"{_p(call)}dlpack: invalid capsule object ({type(capsule).__name__}, "
+                          f"exported by {type(obj).__name__})")
     t = managed.dl_tensor
     ndim = t.ndim
-    if ndim < 0 or (ndim > 0 and not t.shape):
-        raise BufferError(f"{_p(call)}dlpack: invalid shape (ndim {ndim})")
+    if ndim < 0:
+        raise BufferError(f"{_p(call)}dlpack: number of dimensions is negative ({ndim})")
+    if ndim > 0 and not t.shape:
+        raise BufferError(f"{_p(call)}dlpack: shape is NULL (ndim {ndim})")
     shape = tuple(t.shape[i] for i in range(ndim))
     if any(s < 0 for s in shape):
         raise BufferError(f"{_p(call)}dlpack: shape item is negative ({list(shape)})")
     if ro and not readonly:
         raise BufferError(f"{_p(call)}buffer is not writable (read-only dlpack {type(obj).__name__})")
+    if copied and not readonly:
+        raise BufferError(f"{_p(call)}dlpack: the producer exported a copy, which cannot receive data "
+                          f"({type(obj).__name__})")
     count = 1
     for s in shape:
         count *= s
     dt = t.dtype
-    itemsize = (dt.bits * dt.lanes + 7) // 8
+    nbytes_el = (dt.bits * dt.lanes + 7) // 8
     addr = (t.data or 0) + t.byte_offset
     strides = tuple(t.strides[i] for i in range(ndim)) if t.strides else None  # in elements
-    host = dev_type in (kDLCUDAHost, kDLROCMHost)
     if count and strides is not None and not _contig(shape, strides, 1, "C") and not _contig(
             shape, strides, 1, "F"):
-        bstrides = tuple(s * itemsize for s in strides)
+        bstrides = tuple(s * nbytes_el for s in strides)
         why = f"dlpack: buffer is not contiguous (shape {list(shape)}, strides {list(strides)})"
-        lo, span = _extent_of(shape, bstrides, itemsize)
+        lo, span = _extent_of(shape, bstrides, nbytes_el)
         kind, device = _classify(addr, addr + lo, addr + lo + span, dev_id, host, False, call, "dlpack")
-        return StridedView(capsule, addr, ro, _dlpack_dtype(dt.code, dt.bits, dt.lanes), shape, bstrides, why,
+        owner = _consume(capsule, name, obj, addr_m, managed) if consume else capsule
+        return StridedView(owner, addr, ro, _dlpack_dtype(dt.code, dt.bits, dt.lanes), shape, bstrides, why,
                            kind, device)
-    nbytes = count * itemsize
+    nbytes = count * nbytes_el
     fmt, fitem = _dlpack_format(dt.code, dt.bits, dt.lanes)
     kind, device = _classify(addr, addr, addr + nbytes, dev_id, host, False, call, "dlpack")
-    return BufferView(capsule, addr, nbytes, ro, fmt, fitem, kind, device)
+    owner = _consume(capsule, name, obj, addr_m, managed) if consume else capsule
+    return BufferView(owner, addr, nbytes, ro, fmt, fitem, kind, device)
+
+
+# PyCapsule_SetName keeps the pointer: these bytes live as long as the module
+_USED_NAME = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
+
+
+def _consume(capsule, name: bytes, exporter, addr_m: int, managed) -> DLPackOwner:
+    """Take the tensor: rename the capsule ``used_<name>``, own the deleter call."""
+    deleter = managed.deleter
+    _capsule_set_name(capsule, _USED_NAME[name])
+    return DLPackOwner(capsule, exporter, addr_m, deleter)
 
 
 # -- CUDA array interface ------------------------------------------------------------------
@@ -491,6 +589,13 @@ def _from_cai(obj, readonly: bool, call: str) -> BufferView:
         if len(strides) != len(shape):
             raise BufferError(f"{_p(call)}__cuda_array_interface__: {len(strides)} strides for {len(shape)} "
                               f"dimensions (shape:{shape}, strides:{strides})")
+    descr = cai.get("descr")
+    if descr is not None:
+        if not isinstance(descr, list):
+            raise TypeError(f"{_p(call)}__cuda_array_interface__: descr must be a list "
+                            f"(got {type(descr).__name__})")
+        if len(descr) != 1 or descr[0] != ("", typestr):
+            warnings.warn("__cuda_array_interface__: ignoring 'descr' key", RuntimeWarning, stacklevel=4)
     if ro and not readonly:
         raise BufferError(f"{_p(call)}buffer is not writable (read-only __cuda_array_interface__ "
                           f"{type(obj).__name__})")
@@ -500,6 +605,10 @@ def _from_cai(obj, readonly: bool, call: str) -> BufferView:
             shape, strides, itemsize, "F"):
         why = (f"__cuda_array_interface__: buffer is not contiguous "
                f"(shape:{shape}, strides:{strides}, itemsize:{itemsize})")
+        if any(st % itemsize for n, st in zip(shape, strides) if n > 1):
+            # misaligned elements: no kernel can address them, and such strides are most
+            # likely wrong (reaching past the memory the interface stands for)
+            raise BufferError(f"{_p(call)}{why}: strides are not multiples of the itemsize")
         try:
             dtype = np.dtype(typestr)
         except TypeError as exc:
@@ -538,14 +647,14 @@ def _from_numba_simulator(obj, a, readonly: bool, call: str) -> BufferView:
 # -- generic chain and registry ------------------------------------------------------------
 
 
-def _from_protocols(obj, readonly: bool, call: str) -> BufferView:
+def _from_protocols(obj, readonly: bool, call: str, consume: bool = True) -> BufferView:
     """Buffer protocol, then DLPack, then CAI (mpi4py ``PyMPI_GetBuffer``)."""
     try:
         mv = memoryview(obj)
     except Exception as exc:
         tp = type(obj)
         if hasattr(tp, "__dlpack__") and hasattr(tp, "__dlpack_device__"):
-            return _from_dlpack(obj, readonly, call)
+            return _from_dlpack(obj, readonly, call, consume)
         if hasattr(obj, "__cuda_array_interface__"):
             return _from_cai(obj, readonly, call)
         if isinstance(exc, TypeError):
@@ -555,13 +664,13 @@ def _from_protocols(obj, readonly: bool, call: str) -> BufferView:
     return _from_memoryview(obj, mv, readonly, call)
 
 
-def _cai_first(obj, readonly: bool, call: str) -> BufferView:
+def _cai_first(obj, readonly: bool, call: str, consume: bool = True) -> BufferView:
     if hasattr(obj, "__cuda_array_interface__"):
         return _from_cai(obj, readonly, call)
-    return _from_protocols(obj, readonly, call)
+    return _from_protocols(obj, readonly, call, consume)
 
 
-def _numba_first(obj, readonly: bool, call: str) -> BufferView:
+def _numba_first(obj, readonly: bool, call: str, consume: bool = True) -> BufferView:
     """numba.cuda device arrays: the CUDA array interface; simulator arrays (no interface,
     ``__cuda_ndarray__`` and a NumPy ``_ary``): simulated device memory."""
     if hasattr(obj, "__cuda_array_interface__"):
@@ -570,7 +679,7 @@ def _numba_first(obj, readonly: bool, call: str) -> BufferView:
         a = getattr(obj, "_ary", None)
         if isinstance(a, _ndarray):
             return _from_numba_simulator(obj, a, readonly, call)
-    return _from_protocols(obj, readonly, call)
+    return _from_protocols(obj, readonly, call, consume)
 
 
 # the probing chains a library's ``buffer`` names in the registry (gpumpi._backends)
@@ -581,6 +690,7 @@ _CHAINS: dict = {
     "protocols": _from_protocols,
 }
 _CONVERTERS: dict = {}  # type -> converter(obj, readonly, call) -> BufferView
+_PEEKABLE = frozenset((_from_protocols, _cai_first, _numba_first))  # take consume=False
 
 
 def register_backend(module: str, loader) -> None:
@@ -594,6 +704,10 @@ def register_backend(module: str, loader) -> None:
 
 
 def _resolve(tp):
+    own = getattr(tp, "__gpumpi_buffer__", None)  # types that describe their memory themselves (MPI.buffer)
+    if own is not None:
+        _CONVERTERS[tp] = own
+        return own
     if issubclass(tp, _ndarray):
         be = _backends.NUMPY
     else:
@@ -604,7 +718,7 @@ def _resolve(tp):
     return conv
 
 
-def as_buffer(obj, readonly: bool, call: str = "", strided: bool = False) -> BufferView:
+def as_buffer(obj, readonly: bool, call: str = "", strided: bool = False, consume: bool = True) -> BufferView:
     """Normalise a buffer-like object into a :class:`BufferView` (mpi4py ``getbuffer``).
 
     ``readonly`` false requires writable memory.  Raises ``BufferError`` for
@@ -612,6 +726,8 @@ def as_buffer(obj, readonly: bool, call: str = "", strided: bool = False) -> Buf
     buffers; messages start with ``call``.  ``strided`` true returns a
     :class:`StridedView` for a non-contiguous CAI or DLPack array instead of raising
     (strided NumPy arrays themselves are for the caller to see first: they raise).
+    ``consume`` false only reads a DLPack capsule, for callers that keep nothing
+    (``Get_address``): it stays the producer's (see :func:`_from_dlpack`).
     """
     if type(obj) is _ndarray:
         if _PEEK:
@@ -632,7 +748,7 @@ def as_buffer(obj, readonly: bool, call: str = "", strided: bool = False) -> Buf
     conv = _CONVERTERS.get(type(obj))
     if conv is None:
         conv = _resolve(type(obj))
-    v = conv(obj, readonly, call)
+    v = conv(obj, readonly, call) if consume or conv not in _PEEKABLE else conv(obj, readonly, call, False)
     if v.__class__ is StridedView and not strided:
         raise BufferError(f"{_p(call)}{v.why}")
     return v

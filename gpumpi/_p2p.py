@@ -32,13 +32,14 @@ from . import _protocol as _P
 from . import _runtime as _rt
 from ._arrays import DEVICE as _DEVICE
 from ._arrays import SIM as _SIM
+from ._arrays import DLPackOwner, NotABufferError, as_buffer
 from ._buffers import message_simple
 from ._progress import GREQ, Xfer
-from .constants import BSEND_OVERHEAD, BUFFER_AUTOMATIC
+from .constants import ANY_TAG, BSEND_OVERHEAD, BUFFER_AUTOMATIC, PROC_NULL
 from .datatypes import plan as _plan
 from .datatypes.flatten import sigcode as _sigcode
 from .errors import ERR_BUFFER, error
-from .request import after
+from .request import Request, after
 
 STANDARD, SYNCHRONOUS, READY, BUFFERED = _P.STANDARD, _P.SYNCHRONOUS, _P.READY, _P.BUFFERED
 
@@ -191,6 +192,13 @@ def _device_pack(m, stream):
     return _Packed(tmp, n, m.kind, m.datatype), s, lambda: pool.put(tmp, n)
 
 
+def check_stream(m, stream) -> None:
+    """TypeError unless ``stream`` (None, or a stream) suits the memory of message ``m`` (None:
+    PROC_NULL); called while validating a call, before anything is posted."""
+    if stream is not None and m is not None and _on_device(m):
+        _adapter_of(m).check_stream(stream)
+
+
 def _out(m, call: str, stream=None):
     """``(bytes, address, release)`` a send moves: the buffer itself when contiguous, else its
     elements packed into a staging array that ``release()`` returns once the send completed.
@@ -315,13 +323,14 @@ def _contiguous_only(m, call: str):
 class _BsendPool:
     """The attached buffer (MPI_Buffer_attach): first-fit regions of message + BSEND_OVERHEAD."""
 
-    def __init__(self, buf) -> None:
+    def __init__(self, buf, mem=None) -> None:
         self.buf = buf
         self.auto = buf is BUFFER_AUTOMATIC
-        self.mem = None if self.auto else memoryview(buf).cast("B")
+        self.mem = mem  # 1-D 'B' memoryview of the attached bytes (None: BUFFER_AUTOMATIC)
         self.size = 0 if self.auto else self.mem.nbytes
         self.used: list = []  # sorted [start, end)
         self.live = 0
+        self.flushes: list = []  # Iflush_buffer operations waiting for live == 0
 
     def alloc(self, n: int, call: str):
         if self.auto:
@@ -347,6 +356,20 @@ class _BsendPool:
         self.live -= 1
         if region is not None:
             self.used.remove(region)
+        if self.live == 0 and self.flushes:
+            done, self.flushes = self.flushes, []
+            for x in done:
+                _rt.ENGINE._finish(x)
+
+    def iflush(self) -> Xfer:
+        """An operation that completes once every buffered message has left the buffer."""
+        x = Xfer(GREQ)
+        x.st_source, x.st_tag = PROC_NULL, ANY_TAG
+        if self.live == 0:
+            x.done = True
+        else:
+            self.flushes.append(x)
+        return x
 
 
 _bsend = {"pool": None}
@@ -355,14 +378,17 @@ _bsend = {"pool": None}
 def _attach(pool_holder: dict, buf, call: str) -> None:
     if pool_holder.get("pool") is not None:
         raise error(ERR_BUFFER, f"{call}: a buffer is already attached")
+    mem = None
     if buf is not BUFFER_AUTOMATIC:
-        try:
-            mv = memoryview(buf)
-        except TypeError:
+        try:  # any writable buffer mpi4py takes: buffer protocol, DLPack, CUDA array interface
+            view = as_buffer(buf, False, call)
+        except NotABufferError:
             raise TypeError(f"{call}: expected a writable buffer ({type(buf).__name__})") from None
-        if mv.readonly:
-            raise BufferError(f"{call}: buffer is read-only")
-    pool_holder["pool"] = _BsendPool(buf)
+        mem = view.mem
+        if mem is None:
+            raise BufferError(f"{call}: the attached buffer must be host-addressable memory "
+                              f"({view.kind} memory of {type(buf).__name__})")
+    pool_holder["pool"] = _BsendPool(buf, mem)
 
 
 def _detach(pool_holder: dict, call: str):
@@ -378,6 +404,23 @@ def _flush(pool_holder: dict) -> None:
     pool = pool_holder.get("pool")
     if pool is not None:
         _rt.ENGINE.wait_until(lambda: pool.live == 0)
+
+
+def _iflush(pool_holder: dict) -> Xfer:
+    pool = pool_holder.get("pool")
+    if pool is None:
+        x = Xfer(GREQ)
+        x.st_source, x.st_tag = PROC_NULL, ANY_TAG
+        x.done = True
+        return x
+    with _rt.ENGINE.lock:
+        return pool.iflush()
+
+
+def Iflush_buffer():
+    """Nonblocking flush of the attached buffer (MPI_Buffer_iflush): a Request that completes
+    once every buffered message has left it."""
+    return Request._of(_iflush(_bsend), None)
 
 
 def Attach_buffer(buf) -> None:
@@ -403,7 +446,10 @@ def isend(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stre
     sender's rank in its communicator; ``bpool``: the communicator's attached-buffer holder).
     Returns the operation: an Xfer, or the shared completed ``SENT``."""
     if _on_device(m):
-        return _send_device(m, wpeer, me, tag, ctx, mode, call, stream, bpool)
+        x = _send_device(m, wpeer, me, tag, ctx, mode, call, stream, bpool)
+        if type(m.obj) is DLPackOwner:  # device copies name the address only: the tensor stays
+            after(x, lambda o=m.obj: None)  # the consumer's (deleter not run) until they are done
+        return x
     return send_out(_out(m, call, stream), wpeer, me, tag, ctx, mode, call, _sig(m.datatype), bpool)
 
 
@@ -464,7 +510,10 @@ def irecv(m, source: int, wpeer: int, tag: int, ctx: int, call: str, stream=None
     """Post a receive into parsed message ``m`` from ``source`` (communicator rank or ANY_SOURCE;
     ``wpeer`` its world rank) on context ``ctx``."""
     mem, addr, post, dev = _in(m, call, stream)
-    return _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr, _sig(m.datatype), post, dev)
+    x = _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr, _sig(m.datatype), post, dev)
+    if dev is not None and type(m.obj) is DLPackOwner:  # see isend
+        after(x, lambda o=m.obj: None)
+    return x
 
 
 def send_bytes(mem, wpeer: int, me: int, tag: int, ctx: int, call: str):

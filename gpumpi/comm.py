@@ -344,17 +344,29 @@ class Comm(Handle):
         self._set_null()
 
     # --- point-to-point: posting ----------------------------------------------------------
-    def _isend(self, buf, dest, tag, mode: int, call: str, stream=None):
+    def _send_args(self, buf, dest, tag, call: str, stream=None):
+        """Validate a send: ``(message, world dest, tag)``, or None for PROC_NULL; changes nothing."""
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
         if dest == PROC_NULL:
             return None
         dest = self._peer(dest, call, "destination")
         tag = self._stag(tag, call)
-        return _p2p.isend(_msg(buf, True, dest, call), self._w[dest], self._rank, tag, self._ctx, mode, call,
-                          stream, self._bpool)
+        m = _msg(buf, True, dest, call)
+        _p2p.check_stream(m, stream)
+        return m, self._w[dest], tag
 
-    def _irecv(self, buf, source, tag, call: str, stream=None):
+    def _post_send(self, args, mode: int, call: str, stream=None):
+        if args is None:
+            return None
+        m, wdest, tag = args
+        return _p2p.isend(m, wdest, self._rank, tag, self._ctx, mode, call, stream, self._bpool)
+
+    def _isend(self, buf, dest, tag, mode: int, call: str, stream=None):
+        return self._post_send(self._send_args(buf, dest, tag, call, stream), mode, call, stream)
+
+    def _recv_args(self, buf, source, tag, call: str, stream=None):
+        """Validate a receive: ``(message, source, world source, tag)``, or None for PROC_NULL."""
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
         if source == PROC_NULL:
@@ -362,7 +374,35 @@ class Comm(Handle):
         source = self._src(source, call)
         tag = self._rtag(tag, call)
         wpeer = ANY_SOURCE if source == ANY_SOURCE else self._w[source]
-        return _p2p.irecv(_msg(buf, False, source, call), source, wpeer, tag, self._ctx, call, stream)
+        m = _msg(buf, False, source, call)
+        _p2p.check_stream(m, stream)
+        return m, source, wpeer, tag
+
+    def _post_recv(self, args, call: str, stream=None):
+        if args is None:
+            return None
+        m, source, wpeer, tag = args
+        return _p2p.irecv(m, source, wpeer, tag, self._ctx, call, stream)
+
+    def _irecv(self, buf, source, tag, call: str, stream=None):
+        return self._post_recv(self._recv_args(buf, source, tag, call, stream), call, stream)
+
+    @staticmethod
+    def _status_arg(status, call: str) -> None:
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"{call}: status must be a Status or None (got {type(status).__name__})")
+
+    def _post_pair(self, rargs, sargs, call: str, stream=None, recv_stream=None):
+        """Post a validated receive, then a validated send; if the send cannot be posted, the
+        receive is withdrawn (cancelled) so that no operation is left behind."""
+        r = self._post_recv(rargs, call, recv_stream if recv_stream is not None else stream)
+        try:
+            s = self._post_send(sargs, STANDARD, call, stream)
+        except BaseException:
+            if r is not None and not r.done:
+                _rt.ENGINE.cancel(r)
+            raise
+        return r, s
 
     def _wait(self, x, status, call: str) -> None:
         if x is None:
@@ -483,35 +523,42 @@ class Comm(Handle):
     # --- combined -------------------------------------------------------------------------
     def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
                  recvtag: int = ANY_TAG, status: Status | None = None, *, stream=None) -> None:
-        """Send and receive in one call (MPI_Sendrecv)."""
+        """Send and receive in one call (MPI_Sendrecv).
+
+        Every argument (both buffers, ranks, tags, status) is checked before anything is
+        posted: a call that raises leaves no operation behind.
+        """
         try:
-            r = self._irecv(recvbuf, source, recvtag, "Sendrecv", stream)
-            s = self._isend(sendbuf, dest, sendtag, STANDARD, "Sendrecv", stream)
+            self._status_arg(status, "Sendrecv")
+            rargs = self._recv_args(recvbuf, source, recvtag, "Sendrecv", stream)
+            sargs = self._send_args(sendbuf, dest, sendtag, "Sendrecv", stream)
+            r, s = self._post_pair(rargs, sargs, "Sendrecv", stream)
             self._wait(s, None, "Sendrecv")
             self._wait(r, status, "Sendrecv")
         except MPIException as e:
             self._raise(e)
 
-    def _replace_copy(self, buf, dest, call: str, stream=None):
-        if dest == PROC_NULL:
-            return None
-        m = _msg(buf, True, dest, call)
+    def _replace_args(self, buf, dest, sendtag, source, recvtag, call: str, stream=None):
+        """Validate a send-receive through ``buf``: ``(receive args, send args)``, with the send's
+        bytes copied out of ``buf`` (the copy is sent as bytes) only once everything checked out."""
+        rargs = self._recv_args(buf, source, recvtag, call, stream)
+        sargs = self._send_args(buf, dest, sendtag, call, stream)
+        if sargs is None:
+            return rargs, None, None
+        m, wdest, tag = sargs
         mem, _, release = _p2p._out(m, call, stream)
         copy = bytearray(mem)
         if release is not None:
             release()
-        return copy
+        return rargs, (_msg(copy, True, dest, call), wdest, tag), copy
 
     def Sendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                          recvtag: int = ANY_TAG, status: Status | None = None, *, stream=None) -> None:
-        """Send and receive through one buffer (MPI_Sendrecv_replace)."""
+        """Send and receive through one buffer (MPI_Sendrecv_replace); checks every argument first."""
         try:
-            self._check("Sendrecv_replace")
-            if dest != PROC_NULL:
-                self._peer(dest, "Sendrecv_replace", "destination")
-            copy = self._replace_copy(buf, dest, "Sendrecv_replace", stream)
-            r = self._irecv(buf, source, recvtag, "Sendrecv_replace", stream)
-            s = self._isend(copy, dest, sendtag, STANDARD, "Sendrecv_replace") if copy is not None else None
+            self._status_arg(status, "Sendrecv_replace")
+            rargs, sargs, _ = self._replace_args(buf, dest, sendtag, source, recvtag, "Sendrecv_replace", stream)
+            r, s = self._post_pair(rargs, sargs, "Sendrecv_replace", None, stream)
             self._wait(s, None, "Sendrecv_replace")
             self._wait(r, status, "Sendrecv_replace")
         except MPIException as e:
@@ -534,24 +581,23 @@ class Comm(Handle):
 
     def Isendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
                   recvtag: int = ANY_TAG, *, stream=None) -> Request:
-        """Nonblocking send-receive (MPI_Isendrecv)."""
+        """Nonblocking send-receive (MPI_Isendrecv); checks every argument before posting."""
         try:
-            r = self._irecv(recvbuf, source, recvtag, "Isendrecv", stream)
-            s = self._isend(sendbuf, dest, sendtag, STANDARD, "Isendrecv", stream)
+            rargs = self._recv_args(recvbuf, source, recvtag, "Isendrecv", stream)
+            sargs = self._send_args(sendbuf, dest, sendtag, "Isendrecv", stream)
+            r, s = self._post_pair(rargs, sargs, "Isendrecv", stream)
             return self._isendrecv(r, s, (sendbuf, recvbuf))
         except MPIException as e:
             self._raise(e)
 
     def Isendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                           recvtag: int = ANY_TAG, *, stream=None) -> Request:
-        """Nonblocking send-receive through one buffer (MPI_Isendrecv_replace)."""
+        """Nonblocking send-receive through one buffer (MPI_Isendrecv_replace); checks every
+        argument before posting."""
         try:
-            self._check("Isendrecv_replace")
-            if dest != PROC_NULL:
-                self._peer(dest, "Isendrecv_replace", "destination")
-            copy = self._replace_copy(buf, dest, "Isendrecv_replace", stream)
-            r = self._irecv(buf, source, recvtag, "Isendrecv_replace", stream)
-            s = self._isend(copy, dest, sendtag, STANDARD, "Isendrecv_replace") if copy is not None else None
+            rargs, sargs, copy = self._replace_args(buf, dest, sendtag, source, recvtag, "Isendrecv_replace",
+                                                    stream)
+            r, s = self._post_pair(rargs, sargs, "Isendrecv_replace", None, stream)
             return self._isendrecv(r, s, (buf, copy))
         except MPIException as e:
             self._raise(e)

@@ -67,26 +67,6 @@ class Message(Handle):
     def __bool__(self) -> bool:
         return self._arr is not None or self._noproc
 
-    @classmethod
-    def Probe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":
-        """Blocking matched probe (MPI_Mprobe): ``comm.Mprobe``."""
-        return comm.Mprobe(source, tag, status)
-
-    @classmethod
-    def Iprobe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
-        """Nonblocking matched probe (MPI_Improbe): ``comm.Improbe``; None if nothing matched."""
-        return comm.Improbe(source, tag, status)
-
-    @classmethod
-    def probe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":
-        """Blocking matched probe of an object message: ``comm.mprobe``."""
-        return comm.mprobe(source, tag, status)
-
-    @classmethod
-    def iprobe(cls, comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
-        """Nonblocking matched probe of an object message: ``comm.improbe``."""
-        return comm.improbe(source, tag, status)
-
     def _take(self, call: str):
         if self._noproc:
             if self is not MESSAGE_NO_PROC:  # the predefined handle stays what it is (mpi4py)

@@ -233,16 +233,249 @@ def test_cai_format_inference(typestr, expect):
     assert datatype_of(as_buffer(FakeCAI(a), True, "Send")) is getattr(D, expect)
 
 
-def test_dlpack_cpu_goes_through_numpy():
+def test_dlpack_cpu_is_read_by_gpumpi():
     a = np.arange(5, dtype="i8")
     v = as_buffer(CPUDLPack(a), False, "Recv")
     check_view(v, a.tobytes(), addr=a.ctypes.data, readonly=False)
+    assert isinstance(v.obj, A.DLPackOwner)
     r = a.copy()
     r.flags.writeable = False
     with pytest.raises(BufferError, match="^Recv: buffer is not writable"):
         as_buffer(CPUDLPack(r), False, "Recv")
     with pytest.raises(BufferError, match="not contiguous"):
         as_buffer(CPUDLPack(a[::2]), True, "Send")
+    sv = as_buffer(CPUDLPack(a[::2]), True, "Send", strided=True)
+    assert isinstance(sv, A.StridedView) and sv.strides == (16,) and sv.kind == HOST
+    assert bytes(sv.mem) == a[:5].tobytes()[: 8 * 5]
+
+
+# -- a DLPack producer built with ctypes, which counts its deleter calls ------------------------
+
+# private prototypes (``pythonapi[name]`` is a new function object; ``pythonapi.name`` is shared)
+_py_new = ctypes.pythonapi["PyCapsule_New"]
+_py_new.restype = ctypes.py_object
+_py_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_py_name = ctypes.pythonapi["PyCapsule_GetName"]
+_py_name.restype = ctypes.c_char_p
+_py_name.argtypes = [ctypes.py_object]
+_py_ptr = ctypes.pythonapi["PyCapsule_GetPointer"]
+_py_ptr.restype = ctypes.c_void_p
+_py_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
+# the capsule destructor gets a dying capsule, which must not become a Python reference
+_dt_valid = ctypes.pythonapi["PyCapsule_IsValid"]
+_dt_valid.restype = ctypes.c_int
+_dt_valid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_dt_ptr = ctypes.pythonapi["PyCapsule_GetPointer"]
+_dt_ptr.restype = ctypes.c_void_p
+_dt_ptr.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_CAPSULE_DTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_LIVE: dict = {}  # managed address -> producer, until its deleter ran
+
+
+@_DELETER
+def _counting_deleter(addr):
+    p = _LIVE.pop(addr)
+    p.deleted += 1
+
+
+@_CAPSULE_DTOR
+def _capsule_dtor(cap):
+    # the producer's side of the protocol: a capsule nobody consumed frees its tensor
+    for name in (b"dltensor_versioned", b"dltensor"):
+        if _dt_valid(cap, name):
+            _counting_deleter(_dt_ptr(cap, name))
+            return
+
+
+class CtypesDLPack:
+    """A DLPack producer of host memory ``a`` built with ctypes (as C producers are): it
+    records the ``stream`` it was asked for and counts the calls of its deleter."""
+
+    def __init__(self, a, device_type=1, versioned=True, readonly=False, copied=False, byte_offset=0,
+                 shape=None, strides=None, dtype=None, device_id=0):
+        self.a, self.device_type, self.device_id, self.versioned = a, device_type, device_id, versioned
+        self.readonly, self.copied, self.byte_offset = readonly, copied, byte_offset
+        self.shape = a.shape if shape is None else shape
+        self.strides = strides
+        self.dtype = dtype
+        self.deleted = 0
+        self.streams = []
+        self.capsules = []
+
+    def __dlpack_device__(self):
+        return (self.device_type, self.device_id)
+
+    def __dlpack__(self, *, stream=None, max_version=None, copy=None, dl_device=None):
+        if not self.versioned and max_version is not None:
+            raise TypeError("a DLPack 0.x producer")
+        self.streams.append(stream)
+        a = self.a
+        m = A._DLManagedTensorVersioned() if self.versioned else A._DLManagedTensor()
+        t = m.dl_tensor
+        t.data = a.ctypes.data
+        t.device.device_type, t.device.device_id = self.device_type, self.device_id
+        t.ndim = len(self.shape)
+        self._shape = (ctypes.c_int64 * max(1, t.ndim))(*self.shape)
+        t.shape = self._shape
+        if self.strides is not None:
+            self._strides = (ctypes.c_int64 * max(1, t.ndim))(*self.strides)
+            t.strides = self._strides
+        code = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}[a.dtype.kind]
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = self.dtype or (code, a.itemsize * 8, 1)
+        t.byte_offset = self.byte_offset
+        m.deleter = ctypes.cast(_counting_deleter, ctypes.c_void_p)
+        if self.versioned:
+            m.major, m.minor = 1, 0
+            m.flags = (1 if self.readonly else 0) | (2 if self.copied else 0)
+        addr = ctypes.addressof(m)
+        self._m = m  # the struct lives as long as the producer
+        _LIVE[addr] = self
+        name = b"dltensor_versioned" if self.versioned else b"dltensor"
+        cap = _py_new(addr, name, ctypes.cast(_capsule_dtor, ctypes.c_void_p))
+        self.capsules.append(cap)
+        return cap
+
+
+def _collect():
+    import gc
+
+    gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _free_capsules():
+    """Capsules a test left with its producer die with the test, not at interpreter exit."""
+    yield
+    for p in list(_LIVE.values()):
+        p.capsules.clear()
+    _collect()
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_dlpack_consumed_capsule_deleter_runs_once_on_release(versioned):
+    a = np.arange(6, dtype="i4")
+    p = CtypesDLPack(a, versioned=versioned)
+    v = as_buffer(p, False, "Recv")
+    cap = p.capsules.pop()
+    used = b"used_dltensor_versioned" if versioned else b"used_dltensor"
+    assert _py_name(cap) == used  # consumed
+    assert p.streams == [None]  # host memory: no stream
+    check_view(v, a.tobytes(), addr=a.ctypes.data, readonly=False)
+    mem = v.mem
+    del v
+    _collect()
+    assert p.deleted == 0  # a memoryview of the bytes still holds the tensor
+    mem[:4] = np.int32(7).tobytes()
+    assert a[0] == 7
+    del mem
+    _collect()
+    assert p.deleted == 1
+    del cap  # the producer's destructor sees a used capsule: no second call
+    _collect()
+    assert p.deleted == 1
+
+
+def test_dlpack_not_consumed_when_refused():
+    a = np.arange(4, dtype="f8")
+    p = CtypesDLPack(a, readonly=True)
+    with pytest.raises(BufferError, match="^Recv: buffer is not writable"):
+        as_buffer(p, False, "Recv")
+    cap = p.capsules.pop()
+    assert _py_name(cap) == b"dltensor_versioned"  # left to its producer
+    assert p.deleted == 0
+    del cap
+    _collect()
+    assert p.deleted == 1  # by the producer's capsule destructor, once
+    v = as_buffer(p, True, "Send")  # read-only memory is a fine send buffer
+    assert v.readonly and v.mem.readonly and bytes(v.mem) == a.tobytes()
+    del v
+    p.capsules.clear()
+    _collect()
+    assert p.deleted == 2
+    q = CtypesDLPack(a, copied=True)
+    with pytest.raises(BufferError, match="exported a copy"):
+        as_buffer(q, False, "Recv")
+    assert as_buffer(q, True, "Send").nbytes == 32
+
+
+def test_dlpack_get_address_reads_without_consuming():
+    from gpumpi import MPI
+
+    a = np.arange(4, dtype="i2")
+    p = CtypesDLPack(a)
+    assert MPI.Get_address(p) == a.ctypes.data
+    cap = p.capsules.pop()
+    assert _py_name(cap) == b"dltensor_versioned" and p.deleted == 0
+    p.__dlpack__ = lambda *_a, **_k: cap  # one capsule, read twice
+    assert MPI.Get_address(p) == MPI.Get_address(p) == a.ctypes.data
+    del p.__dlpack__
+    del cap
+    _collect()
+    assert p.deleted == 1
+
+
+@needs_no_driver
+@pytest.mark.parametrize("versioned", [True, False])
+def test_dlpack_cuda_is_sim_memory_and_never_asks_for_a_sync(versioned):
+    a = np.arange(6, dtype="f4")
+    p = CtypesDLPack(a, device_type=A.kDLCUDA, device_id=0, versioned=versioned)
+    v = as_buffer(p, False, "Recv")
+    assert p.streams == [-1] and v.kind == SIM and v.device == 0
+    check_view(v, a.tobytes(), addr=a.ctypes.data, readonly=False, kind=SIM)
+    del v
+    p.capsules.clear()
+    _collect()
+    assert p.deleted == 1
+
+
+def test_dlpack_layout_and_dtype_codes():
+    a = np.arange(8, dtype="u1")
+    v = as_buffer(CtypesDLPack(a, byte_offset=3, shape=(5,)), True, "Send")
+    assert v.addr == a.ctypes.data + 3 and bytes(v.mem) == bytes(range(3, 8))
+    b = np.arange(12, dtype="i4")
+    sv = as_buffer(CtypesDLPack(b, shape=(3, 2), strides=(4, 2)), True, "Send", strided=True)
+    assert isinstance(sv, A.StridedView) and sv.shape == (3, 2) and sv.strides == (16, 8)
+    assert sv.format == np.dtype("i4")
+    with pytest.raises(BufferError, match="dlpack: buffer is not contiguous"):
+        as_buffer(CtypesDLPack(b, shape=(3, 2), strides=(4, 2)), True, "Send")
+    assert as_buffer(CtypesDLPack(b, shape=(2, 3), strides=(1, 2)), True, "Send").nbytes == 24  # Fortran
+    c = np.zeros(4, "u4")
+    assert as_buffer(CtypesDLPack(c, dtype=(3, 32, 1)), True, "x").format == "B"  # opaque handle: bytes
+    assert as_buffer(CtypesDLPack(c, dtype=(1, 16, 2)), True, "x").format == "B"  # lanes: bytes
+    v = as_buffer(CtypesDLPack(c, dtype=(2, 32, 2), shape=(2,)), True, "x")  # float x 2 lanes: complex
+    assert (v.format, v.itemsize, v.nbytes) == ("Zf", 8, 16)
+    assert as_buffer(CtypesDLPack(np.zeros(2, "?")), True, "x").format == "?"
+    assert datatype_of(as_buffer(CtypesDLPack(np.zeros(2, "f2")), True, "x")) is D.FLOAT16 if hasattr(
+        D, "FLOAT16") else True
+
+
+def test_dlpack_malformed():
+    a = np.arange(4, dtype="i4")
+    with pytest.raises(BufferError, match="shape item is negative"):
+        as_buffer(CtypesDLPack(a, shape=(-1,)), True, "x")
+    p = CtypesDLPack(a)
+    p.__dlpack_device__ = lambda: (None, 0)
+    with pytest.raises(TypeError, match="device type must be an integer"):
+        as_buffer(p, True, "x")
+    p.__dlpack_device__ = lambda: (1,)
+    with pytest.raises(ValueError):
+        as_buffer(p, True, "x")
+    p.__dlpack_device__ = lambda: (7, 0)
+    with pytest.raises(BufferError, match="unsupported device type 7"):
+        as_buffer(p, True, "x")
+    del p.__dlpack_device__
+    p.__dlpack__ = lambda *_a, **_k: None
+    with pytest.raises(BufferError, match="invalid capsule object"):
+        as_buffer(p, True, "x")
+    del p.__dlpack__
+    q = CtypesDLPack(a)
+    cap = q.__dlpack__(max_version=(1, 0))
+    A._DLManagedTensorVersioned.from_address(_py_ptr(cap, b"dltensor_versioned")).major = 0
+    q.__dlpack__ = lambda *_a, **_k: cap
+    with pytest.raises(BufferError, match="unexpected version 0"):
+        as_buffer(q, True, "x")
+    del q.__dlpack__
 
 
 @needs_no_driver
@@ -348,3 +581,43 @@ def test_lookup_dtype_errors_and_extensions():
         lookup_dtype(np.dtype("U3"))
     assert lookup_dtype(np.dtype("M8[s]")) is D.INT64_T  # mpi4py cannot export datetimes at all
     assert lookup_dtype(np.dtype("q")) is D.LONG_LONG and lookup_dtype(np.dtype("l")) is D.LONG
+
+
+def test_cai_descr_checked_as_mpi4py():
+    import warnings
+
+    a = np.arange(3, dtype="f8")
+
+    class WithDescr(FakeCAI):
+        def __init__(self, a, descr):
+            super().__init__(a)
+            self.descr = descr
+
+        @property
+        def __cuda_array_interface__(self):
+            d = dict(FakeCAI.__cuda_array_interface__.fget(self))
+            d["descr"] = self.descr
+            return d
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert as_buffer(WithDescr(a, [("", "<f8")]), True, "Send").nbytes == 24
+        assert as_buffer(WithDescr(a, None), True, "Send").nbytes == 24
+    with pytest.raises(TypeError, match="^Send: __cuda_array_interface__: descr must be a list"):
+        as_buffer(WithDescr(a, 42), True, "Send")
+    with pytest.warns(RuntimeWarning, match="ignoring 'descr' key"):
+        as_buffer(WithDescr(a, [("", "<f8")] * 2), True, "Send")
+
+
+def test_cai_misaligned_strides_are_refused():
+    a = np.zeros(3, "i4")
+
+    class Strided(FakeCAI):
+        @property
+        def __cuda_array_interface__(self):
+            d = dict(FakeCAI.__cuda_array_interface__.fget(self))
+            d["shape"], d["strides"] = (3, 1, 1), (7, 4, 4)  # elements 7 bytes apart: past the array
+            return d
+
+    with pytest.raises(BufferError, match="strides are not multiples of the itemsize"):
+        as_buffer(Strided(a), False, "Recv", strided=True)

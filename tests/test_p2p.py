@@ -849,3 +849,131 @@ def _window_of_queued_eager_sends():
 def test_window_of_queued_eager_sends_completes():
     # regression: a frame written after a failed try had its completion token lost
     run_ranks(_window_of_queued_eager_sends, 2, env={"GPUMPI_RING_SIZE": "65536"}, timeout=60)
+
+
+class _ForeignCAI:
+    """Host memory behind a CUDA array interface in non-native byte order (refused: BufferError)."""
+
+    def __init__(self, a):
+        self.a = a
+        foreign = ">" if np.little_endian else "<"
+        self.__cuda_array_interface__ = {"data": (a.ctypes.data, False), "typestr": foreign + "i4",
+                                         "shape": a.shape, "strides": None, "version": 3}
+
+
+def _failed_calls_leave_nothing_posted():
+    from gpumpi import MPI
+
+    for c in (MPI.COMM_SELF, MPI.COMM_WORLD):
+        me = c.rank
+        good = np.arange(4, dtype="i4")
+        bad_send = _ForeignCAI(np.zeros(4, "i4"))
+        calls = [
+            # (call, raises) -- every one fails in its send part, after its receive parsed
+            (lambda: c.Sendrecv(bad_send, me, 0, np.zeros(4, "i4"), me, MPI.ANY_TAG), BufferError),
+            (lambda: c.Sendrecv(good, me, -5, np.zeros(4, "i4"), me, MPI.ANY_TAG), MPI.Exception),
+            (lambda: c.Sendrecv(good, c.size, 0, np.zeros(4, "i4"), me, MPI.ANY_TAG), MPI.Exception),
+            (lambda: c.Sendrecv(good, me, 0, np.zeros(4, "i4"), me, MPI.ANY_TAG, status=42), TypeError),
+            (lambda: c.Isendrecv(bad_send, me, 0, np.zeros(4, "i4"), me, MPI.ANY_TAG), BufferError),
+            (lambda: c.Isendrecv(good, me, -5, np.zeros(4, "i4"), me, MPI.ANY_TAG), MPI.Exception),
+            (lambda: c.Sendrecv_replace(np.zeros(4, "i4"), me, -5, me, MPI.ANY_TAG), MPI.Exception),
+            (lambda: c.Sendrecv_replace(np.zeros(4, "i4"), c.size, 0, me, MPI.ANY_TAG), MPI.Exception),
+            (lambda: c.Isendrecv_replace(np.zeros(4, "i4"), me, -5, me, MPI.ANY_TAG), MPI.Exception),
+        ]
+        for i, (call, raises) in enumerate(calls):
+            with pytest.raises(raises):
+                call()
+            # a message to ourselves stays unexpected: no receive was left posted to swallow it
+            req = c.Isend(np.full(4, i, "i4"), me, 100 + i)
+            assert c.Iprobe(me, 100 + i), f"call {i} left a receive posted"
+            got = np.zeros(4, "i4")
+            c.Recv(got, me, 100 + i)
+            req.Wait()
+            assert (got == i).all()
+            r = np.zeros(4, "i4")
+            c.Sendrecv(good, me, 7, r, me, 7)  # and a correct call completes
+            assert (r == good).all()
+        c.Barrier()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_failed_sendrecv_family_leaves_nothing_posted(n):
+    run_ranks(_failed_calls_leave_nothing_posted, n, timeout=60)
+
+
+class _CPUDLPack:
+    """A host array seen only through DLPack (mpi4py's dlpack-array backend)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+
+def _attach_any_writable_buffer():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    me, n = c.rank, c.size
+    for make in (bytearray, lambda k: _CPUDLPack(np.zeros(k, np.uint8))):
+        buf = make(1000 + MPI.BSEND_OVERHEAD)
+        MPI.Attach_buffer(buf)
+        c.Bsend(np.full(10, me, "i4"), (me + 1) % n, 3)
+        got = np.zeros(10, "i4")
+        c.Recv(got, (me - 1) % n, 3)
+        assert (got == (me - 1) % n).all()
+        assert MPI.Detach_buffer() is buf
+    ro = np.zeros(100, np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match="^Attach_buffer: buffer is not writable"):
+        MPI.Attach_buffer(_CPUDLPack(ro))
+    with pytest.raises(TypeError, match="^Attach_buffer: expected a writable buffer"):
+        MPI.Attach_buffer(42)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_attach_buffer_takes_dlpack(n):
+    run_ranks(_attach_any_writable_buffer, n, timeout=60)
+
+
+def _message_handles():
+    import pickle
+
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    noproc = MPI.MESSAGE_NO_PROC
+    noproc.Recv(None)
+    noproc.Irecv(None).Wait()
+    assert noproc, "receiving from the predefined MESSAGE_NO_PROC must not turn it into MESSAGE_NULL"
+    m = MPI.Message(noproc)
+    m.Recv(None)
+    assert m == MPI.MESSAGE_NULL
+    for h in (MPI.MESSAGE_NULL, MPI.MESSAGE_NO_PROC):
+        assert pickle.loads(pickle.dumps(h)) is h
+        copy = pickle.loads(pickle.dumps(MPI.Message(h)))
+        assert copy is not h and copy == h
+    assert MPI.Message.Iprobe(c, c.rank, 4) is None
+    req = c.Isend(np.arange(3, dtype="i4"), c.rank, 4)
+    m = MPI.Message.Probe(c, c.rank, 4)
+    with pytest.raises(ValueError):
+        pickle.dumps(m)
+    got = np.zeros(3, "i4")
+    m.Recv(got)
+    req.Wait()
+    assert list(got) == [0, 1, 2]
+    req = c.Isend(np.arange(3, dtype="i4"), c.rank, 5)
+    c.Probe(c.rank, 5)
+    m = MPI.Message.Iprobe(c, c.rank, 5)
+    assert isinstance(m, MPI.Message) and m
+    m.Recv(got)
+    req.Wait()
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_message_handles(n):
+    run_ranks(_message_handles, n, timeout=60)

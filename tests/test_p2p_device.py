@@ -438,3 +438,106 @@ def _ipc_event_per_send():
 
 def test_every_ipc_send_in_flight_has_its_own_event():
     assert run_ranks(_ipc_event_per_send, 2, timeout=60) == [True, True]
+
+
+class _HostCAI:
+    """mpi4py's FakeGPUArray: plain host memory (no simulated allocation) behind the CUDA array
+    interface, which GPUMPI_DEVICE=sim takes as simulated device memory."""
+
+    def __init__(self, a):
+        self.a = a
+        self.__cuda_array_interface__ = {"data": (a.ctypes.data, False), "typestr": a.dtype.str,
+                                         "shape": a.shape, "strides": None, "version": 3}
+
+
+def _host_cai_is_sim_memory():
+    import numpy as np
+
+    from gpumpi import MPI, _arrays
+
+    c = MPI.COMM_WORLD
+    me, n = c.rank, c.size
+    for size in (0, 5, 300_000):  # eager and rendezvous (device route: staging, not IPC)
+        s = np.full(size, me + 1, "i4")
+        r = np.full(size + 1, -1, "i4")
+        assert _arrays.as_buffer(_HostCAI(s), True).kind == "sim"
+        c.Sendrecv(_HostCAI(s), (me + 1) % n, 3, _HostCAI(r), (me - 1) % n, 3)
+        assert (r[:size] == (me - 1) % n + 1).all() and r[size] == -1
+        r[:] = -1
+        MPI.COMM_SELF.Sendrecv(_HostCAI(s), 0, 4, _HostCAI(r), 0, 4)
+        assert (r[:size] == me + 1).all() and r[size] == -1
+        b = np.full(size, me, "i4")
+        c.Sendrecv_replace(_HostCAI(b), (me + 1) % n, 5, (me - 1) % n, 5)
+        assert (b == (me - 1) % n).all()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_host_cai_is_sim_memory_under_device_sim(n):
+    run_ranks(_host_cai_is_sim_memory, n, timeout=120, env={"GPUMPI_DEVICE": "sim"})
+
+
+class _OneShotCUDADLPack:
+    """Host memory exported once as kDLCUDA DLPack (simulated device memory here); the exporter
+    drops the array when it exports it, so only the capsule's tensor keeps the memory alive."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, copy=None, dl_device=None):
+        assert stream == -1
+        a, self.a = self.a, None
+        return a.__dlpack__(max_version=max_version, copy=copy)
+
+
+def _dlpack_device_messages_keep_their_tensor():
+    import gc
+    import weakref
+
+    import numpy as np
+
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    me = c.rank
+    size = 300_000  # rendezvous, device to device: the copies name addresses only
+    # a receive in flight (its sender waits at the barrier)
+    if me == 0:
+        r = np.zeros(size, "i4")
+        w = weakref.ref(r)
+        req = c.Irecv(_OneShotCUDADLPack(r), 1, 6)
+        del r
+        gc.collect()
+        assert w() is not None, "the tensor of a receive in flight was let go"
+        c.Barrier()
+        req.Wait()
+        del req
+        gc.collect()
+        assert w() is None, "the tensor's deleter did not run once the receive was done"
+    else:
+        c.Barrier()
+        c.Send(np.ones(size, "i4"), 0, 6)
+    # a send in flight (its receiver waits at the barrier)
+    if me == 1:
+        s = np.ones(size, "i4")
+        w = weakref.ref(s)
+        req = c.Isend(_OneShotCUDADLPack(s), 0, 7)
+        del s
+        gc.collect()
+        assert w() is not None, "the tensor of a send in flight was let go"
+        c.Barrier()
+        req.Wait()
+        del req
+        gc.collect()
+        assert w() is None, "the tensor's deleter did not run once the send was done"
+    else:
+        c.Barrier()
+        got = np.zeros(size, "i4")
+        c.Recv(got, 1, 7)
+        assert got.all()
+
+
+def test_dlpack_device_messages_keep_their_tensor():
+    run_ranks(_dlpack_device_messages_keep_their_tensor, 2, timeout=120, env={"GPUMPI_DEVICE": "sim"})

@@ -672,7 +672,7 @@ def _unpack_external_method(datatype: Datatype, inbuf, position: int, outbuf) ->
 def _address(location) -> int:
     if location is None or location is BOTTOM:
         return 0
-    return as_buffer(location, True, "Get_address").addr
+    return as_buffer(location, True, "Get_address", consume=False).addr
 
 
 install_memory_ops(pack=_pack_method, unpack=_unpack_method, pack_external=_pack_external_method,
