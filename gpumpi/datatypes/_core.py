@@ -122,17 +122,54 @@ def _memory_op(name: str, call: str):
 
 
 class _Record:
-    """What MPI keeps per handle: handle, print name, commit/free state, attributes, caches."""
+    """What MPI keeps per handle: handle, print name, commit/free state, references, attributes, caches."""
 
-    __slots__ = ("handle", "name", "committed", "freed", "attrs", "cache")
+    __slots__ = ("handle", "name", "committed", "freed", "refs", "parts", "attrs", "cache")
 
     def __init__(self, handle: int, name: str, committed: bool) -> None:
         self.handle = handle
         self.name = name
         self.committed = committed
         self.freed = False
+        self.refs = 1  # MPI references: the creator's, Get_contents/decode results, containing types
+        self.parts: tuple = ()  # derived components this type holds a reference to (released when freed)
         self.attrs: dict = {}  # keyval -> (keyval state, value)
         self.cache: dict = {}  # flatten/plan data derived from the (immutable) layout
+
+
+def _components(base, kw) -> list:
+    """The component datatypes a derived type is built from (its Get_contents datatypes)."""
+    if base is not None:
+        return [base]
+    if kw:
+        return list(kw.get("datatypes", ()))
+    return []
+
+
+def _retain(dt: "Datatype") -> "Datatype":
+    """One more MPI reference to ``dt``'s handle, as a new object (what MPI_Type_get_contents returns)."""
+    if dt._combiner not in _PREDEFINED_COMBINERS and dt._size is not None:
+        dt._rec.refs += 1
+    return Datatype(dt)
+
+
+def _release(dt: "Datatype", call: str):
+    """Drop one MPI reference to ``dt``'s handle; the last one deletes its attributes and releases
+    its components.  Returns the first attribute-callback error, or None."""
+    rec = dt._rec
+    rec.refs -= 1
+    if rec.refs > 0:
+        return None
+    from . import attributes
+
+    failure = attributes.delete_all(dt, call)
+    rec.freed = True
+    parts, rec.parts = rec.parts, ()
+    for part in parts:
+        err = _release(part, call)
+        if failure is None:
+            failure = err
+    return failure
 
 
 def _index(value, what: str, call: str) -> int:
@@ -218,6 +255,12 @@ class Datatype:
             _PREDEFINED[handle] = self
         else:
             _DERIVED[handle] = self
+            if combiner not in _PREDEFINED_COMBINERS:
+                parts = tuple(t for t in _components(base, kw)
+                              if t._combiner not in _PREDEFINED_COMBINERS and t._size is not None)
+                for t in parts:
+                    t._rec.refs += 1
+                self._rec.parts = parts
         return self
 
     def _check(self, call: str) -> None:
@@ -245,8 +288,8 @@ class Datatype:
             return NotImplemented
         return self._handle != other._handle
 
-    def __hash__(self) -> int:
-        return hash(self._handle)
+    # unhashable, as every MPI object in mpi4py (equality goes by handle, which Free changes)
+    __hash__ = None  # type: ignore[assignment]
 
     def __bool__(self) -> bool:
         return self._handle != NULL_HANDLE
@@ -267,7 +310,7 @@ class Datatype:
             if const is self or const is None:
                 return (Datatype.fromhandle, (self._handle,))
             return (type(self), (const,))
-        base, name, kw = self.decode()
+        base, name, kw = self._decode()
         return (_rebuild, (base, name, kw, self._rec.committed))
 
     @property
@@ -540,15 +583,16 @@ class Datatype:
         return self
 
     def Free(self) -> None:
-        """Free the datatype (MPI_Type_free); cached attributes are deleted first."""
+        """Free the datatype (MPI_Type_free).
+
+        This object becomes DATATYPE_NULL.  The handle lives on while other references
+        hold it (``Get_contents``/``decode`` results, types built from it), as in MPICH;
+        the last release runs the attribute delete callbacks and frees the handle."""
         self._check("Free")
         if self._combiner in _PREDEFINED_COMBINERS:
             raise error(ERR_TYPE, f"Datatype.Free: cannot free a predefined datatype "
                                   f"({self._rec.name or repr(self)})")
-        from . import attributes
-
-        failure = attributes.delete_all(self, "Datatype.Free")
-        self._rec.freed = True
+        failure = _release(self, "Datatype.Free")
         for slot in _COPY_SLOTS:
             setattr(self, slot, getattr(_NULL, slot))
         if failure is not None:
@@ -619,7 +663,8 @@ class Datatype:
         if self._combiner == COMBINER_NAMED:
             raise error(ERR_TYPE, f"Datatype.Get_contents: named predefined datatypes have no contents "
                                   f"({self._rec.name})")
-        return self._contents()
+        i, a, c, d = self._contents()
+        return i, a, c, [_retain(t) for t in d]
 
     @property
     def contents(self) -> tuple[list[int], list[int], list[int], list["Datatype"]]:
@@ -631,9 +676,20 @@ class Datatype:
 
         Returns ``(base, combiner name, arguments)``; ``base`` is the type itself for
         named types, ``DATATYPE_NULL`` for f90 types and for structs of several types (a
-        struct of one type gives that type), as in mpi4py.
+        struct of one type gives that type), as in mpi4py.  The datatypes returned are
+        new references (MPI_Type_get_contents): free the derived ones when done.
         """
         self._check("decode")
+        base, name, kw = self._decode()
+        if name == "NAMED":
+            return (self, name, {})
+        if name == "STRUCT":
+            types = kw["datatypes"] = [_retain(t) for t in kw["datatypes"]]
+            return (types[0] if len(types) == 1 else _NULL, name, kw)
+        return (base if base is _NULL else _retain(base), name, kw)
+
+    def _decode(self) -> tuple["Datatype", str, dict]:
+        """``decode`` without new references: the components are this type's own snapshots."""
         c = self._combiner
         name = COMBINER_NAMES[c]
         if c == COMBINER_NAMED:
@@ -800,8 +856,11 @@ class Datatype:
     # -- Python/NumPy interoperability ---------------------------------------------------
 
     def tocode(self) -> str:
-        """Get character code or type string from predefined MPI datatype."""
-        self._check("tocode")
+        """Get character code or type string from predefined MPI datatype.
+
+        ``ValueError`` when there is none (DATATYPE_NULL and derived types, as in mpi4py)."""
+        if self._size is not None:
+            self._check("tocode")
         code = self._code
         if code is None:
             raise ValueError("cannot map to character code or type string")

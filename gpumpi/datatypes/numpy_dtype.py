@@ -104,7 +104,7 @@ def _is_aligned(datatype: Datatype, offset: int = 0) -> bool:
         alignment = datatype._align or 0
         return alignment != 0 and offset % alignment == 0
     combiner = datatype.combiner
-    basetype, _, info = datatype.decode()
+    basetype, _, info = datatype._decode()
     types, disps = [basetype], [0]
     if combiner == COMBINER_RESIZED:
         disps = [info["extent"]]
@@ -137,7 +137,7 @@ def to_numpy_dtype(datatype: Datatype) -> np.dtype:
         if datatype._pair is not None:
             return np.dtype(f"{_typecode(datatype._pair[0])},i", align=True)
         raise ValueError(f"cannot convert MPI datatype to NumPy ({datatype!r})")
-    basetype, _, info = datatype.decode()
+    basetype, _, info = datatype._decode()
     if combiner == COMBINER_DUP:
         return to_numpy_dtype(basetype)
     if combiner == COMBINER_CONTIGUOUS:
@@ -154,7 +154,7 @@ def to_numpy_dtype(datatype: Datatype) -> np.dtype:
     if combiner == COMBINER_RESIZED and basetype.combiner == COMBINER_STRUCT:
         aligned = _is_aligned(basetype, info["extent"])
         combiner = COMBINER_STRUCT
-        _, _, info = basetype.decode()
+        _, _, info = basetype._decode()
     if combiner == COMBINER_STRUCT:
         datatypes = info["datatypes"]
         offsets = info["displacements"]

@@ -77,8 +77,16 @@ def test_equality_follows_mpi4py_handles():
             assert (getattr(D, a) == getattr(D, b)) == (getattr(MPI, a) == getattr(MPI, b)), (a, b)
     assert D.INT != D.SIGNED_CHAR and D.INT == D.SIGNED_INT
     assert D.INT != 4 and not (D.INT == "i")
-    assert hash(D.FLOAT32_T) == hash(D.FLOAT)
-    assert len({D.INT, D.SIGNED_INT, D.INT32_T}) == 2
+    assert len({t.handle for t in (D.INT, D.SIGNED_INT, D.INT32_T)}) == 2
+
+
+def test_datatypes_are_unhashable_as_in_mpi4py():
+    for t in (D.FLOAT, D.DATATYPE_NULL, D.INT_INT, D.INT.Create_contiguous(2), D.Datatype(D.DOUBLE)):
+        with pytest.raises(TypeError, match="unhashable"):
+            hash(t)
+    with pytest.raises(TypeError):
+        {D.INT}  # noqa: B018
+    assert D.FLOAT32_T in [D.FLOAT] and D.INT not in [D.FLOAT]  # equality still goes by handle
 
 
 def test_typedicts_match_mpi4py():
@@ -137,6 +145,8 @@ def test_datatype_null_behaviour_matches_mpich():
                lambda: null.Set_name("x")):
         _raises_type_error(op, "MPI_DATATYPE_NULL")
     null.free()  # safe free does nothing
+    with pytest.raises(ValueError, match="cannot map to character code or type string"):
+        null.tocode()  # mpi4py: a ValueError, not an MPI error
 
 
 def MPI_null_like():
@@ -213,7 +223,7 @@ def test_contiguous_layout_details():
 def test_free_derived_and_copies():
     c = D.INT.Create_contiguous(2)
     alias = Datatype(c)
-    assert alias == c and alias is not c and hash(alias) == hash(c)
+    assert alias == c and alias is not c and alias.handle == c.handle
     c.Set_name("pair of ints")
     assert alias.name == "pair of ints"  # names live with the handle
     c.Free()
