@@ -32,6 +32,7 @@ from .constants import THREAD_MULTIPLE, THREAD_SINGLE
 from .datatypes import *  # noqa: F401,F403
 from .datatypes import Datatype  # noqa: F401
 from .datatypes import plan as _plan  # noqa: F401  (installs Pack/Unpack/Get_address host support)
+from .datatypes import typealign as _typealign, typecode as _typecode  # noqa: F401  (mpi4py.util.dtlib uses them)
 from .errors import *  # noqa: F401,F403
 from .errors import (  # noqa: F401
     ERRHANDLER_NULL,

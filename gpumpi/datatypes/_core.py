@@ -66,7 +66,7 @@ from ..constants import (
 )
 from ..errors import ERR_COMM, ERR_COUNT, ERR_OTHER, ERR_TYPE, error
 
-__all__ = ["Datatype", "DATATYPE_NULL", "install_memory_ops"]
+__all__ = ["Datatype", "DATATYPE_NULL", "install_memory_ops", "typecode", "typealign"]
 
 #: MPICH's MPI_DATATYPE_NULL handle.
 NULL_HANDLE = 0x0C000000
@@ -916,6 +916,39 @@ class Datatype:
                                  f"datatype ({self!r}); use gpumpi.datatypes.numpy_dtype.to_numpy_dtype")
             self._npd = npd
         return npd
+
+
+def typecode(datatype: Datatype) -> "str | None":
+    """Map MPI datatype to character code or type string (mpi4py's ``MPI._typecode``).
+
+    The ``tocode()`` of a predefined or f90 type and of a ``Dup`` of one; None for
+    every other type, DATATYPE_NULL and freed handles (mpi4py never raises here).
+    """
+    if not isinstance(datatype, Datatype):
+        raise TypeError(f"_typecode: expecting a Datatype (got {type(datatype).__name__})")
+    if datatype._size is None or datatype._rec.freed:
+        return None
+    return datatype._code
+
+
+def typealign(datatype: Datatype) -> "int | None":
+    """Return MPI datatype alignment (mpi4py's ``MPI._typealign``).
+
+    The C alignment of a predefined type with a character code, of a pair or f90
+    type, or of the type with a character code a chain of ``Dup`` leads to (mpi4py
+    finds it through that code); None for every other type, DATATYPE_NULL and freed
+    handles.
+    """
+    if not isinstance(datatype, Datatype):
+        raise TypeError(f"_typealign: expecting a Datatype (got {type(datatype).__name__})")
+    dup = False
+    while datatype._combiner == COMBINER_DUP and datatype._size is not None and not datatype._rec.freed:
+        datatype, dup = datatype._base, True
+    if datatype._size is None or datatype._rec.freed or datatype._combiner not in _PREDEFINED_COMBINERS:
+        return None
+    if datatype._char is None and (dup or datatype._pair is None):
+        return None  # no character code (the Match_size-only types), or a Dup of a pair type
+    return datatype._align or None
 
 
 def _is_contig(segs, size: int, lb: int, extent: int) -> bool:

@@ -89,6 +89,28 @@ def test_datatypes_are_unhashable_as_in_mpi4py():
     assert D.FLOAT32_T in [D.FLOAT] and D.INT not in [D.FLOAT]  # equality still goes by handle
 
 
+def test_typecode_and_typealign_match_mpi4py():
+    # MPI._typecode / MPI._typealign: the private helpers mpi4py.util.dtlib is built on
+    from gpumpi import MPI as G
+
+    def kinds(M):
+        base = [getattr(M, n) for n in MPI_NAMES]
+        return [*base, *(t.Dup() for t in base if t), M.INT.Dup().Dup(), M.INT.Create_contiguous(2),
+                M.DOUBLE_INT.Dup(), M.Datatype.Create_struct([1, 1], [0, 8], [M.INT, M.DOUBLE]),
+                M.Datatype.Create_f90_integer(3), M.Datatype.Create_f90_real(15, 300),
+                M.Datatype.Create_f90_complex(6, 30), M.INT.Create_resized(0, 8), M.Datatype.Match_size(
+                    M.TYPECLASS_REAL, 2)]
+
+    ours, ref = kinds(G), kinds(MPI)
+    assert [G._typecode(t) for t in ours] == [MPI._typecode(t) for t in ref]
+    assert [G._typealign(t) for t in ours] == [MPI._typealign(t) for t in ref]
+    t = G.INT.Dup()
+    t.Free()
+    assert G._typecode(t) is None and G._typealign(t) is None
+    with pytest.raises(TypeError, match="_typecode: expecting a Datatype"):
+        G._typecode("i")
+
+
 def test_typedicts_match_mpi4py():
     for ours, ref in ((D.TypeDict, MPI._typedict), (D.TypeDictC, MPI._typedict_c), (D.TypeDictF, MPI._typedict_f)):
         assert ours.keys() == ref.keys()
