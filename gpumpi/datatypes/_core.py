@@ -160,9 +160,11 @@ def _release(dt: "Datatype", call: str):
     rec.refs -= 1
     if rec.refs > 0:
         return None
-    from . import attributes
+    failure = None
+    if rec.attrs:
+        from . import attributes
 
-    failure = attributes.delete_all(dt, call)
+        failure = attributes.delete_all(dt, call)
     rec.freed = True
     parts, rec.parts = rec.parts, ()
     for part in parts:
@@ -214,8 +216,8 @@ class Datatype:
         src = _NULL if datatype is None else datatype
         if not isinstance(src, Datatype):
             raise TypeError(f"Datatype: expecting a Datatype (got {type(datatype).__name__})")
-        for slot in _COPY_SLOTS:
-            setattr(self, slot, getattr(src, slot))
+        for slot, value in zip(_COPY_SLOTS, _layout_of(src)):
+            setattr(self, slot, value)
 
     # -- construction helpers (internal) -------------------------------------------------
 
@@ -262,6 +264,11 @@ class Datatype:
                     t._rec.refs += 1
                 self._rec.parts = parts
         return self
+
+    def _nullify(self) -> None:
+        """Make this object DATATYPE_NULL (what Free leaves in the caller's variable)."""
+        for slot, value in zip(_COPY_SLOTS, _NULL_LAYOUT):
+            setattr(self, slot, value)
 
     def _check(self, call: str) -> None:
         """Raise ERR_TYPE when this is DATATYPE_NULL or a freed handle."""
@@ -593,8 +600,7 @@ class Datatype:
             raise error(ERR_TYPE, f"Datatype.Free: cannot free a predefined datatype "
                                   f"({self._rec.name or repr(self)})")
         failure = _release(self, "Datatype.Free")
-        for slot in _COPY_SLOTS:
-            setattr(self, slot, getattr(_NULL, slot))
+        self._nullify()
         if failure is not None:
             raise failure
 
@@ -607,8 +613,7 @@ class Datatype:
             return
         if self._combiner in _PREDEFINED_COMBINERS:
             if _PREDEFINED.get(self._handle) is not self:
-                for slot in _COPY_SLOTS:
-                    setattr(self, slot, getattr(_NULL, slot))
+                self._nullify()
             return
         self.Free()
 
@@ -982,6 +987,7 @@ def _rebuild(base: Datatype, name: str, kw: dict, committed: bool) -> Datatype:
 
 
 _COPY_SLOTS = tuple(s for s in Datatype.__slots__ if s != "__weakref__")
+_layout_of = operator.attrgetter(*_COPY_SLOTS)
 
 #: The null datatype (MPI_DATATYPE_NULL).
 DATATYPE_NULL = Datatype._make(
@@ -989,6 +995,7 @@ DATATYPE_NULL = Datatype._make(
     true_lb=None, true_extent=None, segs=None, combiner=COMBINER_NAMED,
 )
 _NULL = DATATYPE_NULL
+_NULL_LAYOUT = _layout_of(_NULL)
 
 # (value handle, index handle) -> pair type; filled by datatypes.predefined
 _VALUE_INDEX: dict[tuple[int, int], Datatype] = {}
