@@ -1,4 +1,4 @@
-"""``from gpumpi import MPI``: the mpi4py-compatible module (L5 facade).
+"""Message Passing Interface: ``from gpumpi import MPI``, the mpi4py-compatible module (L5 facade).
 
 Importing this module initialises the world, as importing ``mpi4py.MPI`` does:
 under ``gpumpirun`` (or ``gpumpi.testing.run_ranks``) the rank joins its job;
@@ -14,6 +14,7 @@ import time as _time
 
 from . import _config as _cfg
 from . import _runtime as _rt
+from ._docs import embed_signatures as _embed_signatures
 from ._version import __version__ as _version
 from ._p2p import Attach_buffer, Detach_buffer, Flush_buffer  # noqa: F401
 from .comm import (  # noqa: F401
@@ -261,7 +262,7 @@ def Free_mem(mem) -> None:
 
 # --- gpumpi extensions ----------------------------------------------------------------------------
 def _gpumpi_init(device="auto") -> None:
-    """gpumpi.init(device="auto"): choose how device memory is handled, bind a GPU, initialise.
+    """Choose how device memory is handled, bind a GPU, initialise (``gpumpi.init(device="auto")``).
 
     ``"auto"``: with a CUDA driver and GPUs, rank ``local_rank % ngpus`` binds its GPU (CAI/DLPack
     pointers are classified by the driver); without, device-interface memory is simulated.
@@ -325,5 +326,8 @@ def _install_nvtx() -> None:
                 wrap(cls, name)
     _NVTX_WRAPPED[0] = True
 
+
+# docstrings in mpi4py's form: the signature line first, then the description (see gpumpi._docs)
+_embed_signatures(globals())
 
 _rt.init()

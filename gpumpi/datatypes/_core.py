@@ -694,7 +694,7 @@ class Datatype:
         return (base if base is _NULL else _retain(base), name, kw)
 
     def _decode(self) -> tuple["Datatype", str, dict]:
-        """``decode`` without new references: the components are this type's own snapshots."""
+        """Decode without new references (``decode``): the components are this type's own snapshots."""
         c = self._combiner
         name = COMBINER_NAMES[c]
         if c == COMBINER_NAMED:
