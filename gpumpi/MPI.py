@@ -1,4 +1,4 @@
-"""``from gpumpi import MPI``: the mpi4py-compatible module (L5 facade).
+"""Message Passing Interface: ``from gpumpi import MPI``, the mpi4py-compatible module (L5 facade).
 
 Importing this module initialises the world, as importing ``mpi4py.MPI`` does:
 under ``gpumpirun`` (or ``gpumpi.testing.run_ranks``) the rank joins its job;
@@ -15,6 +15,7 @@ import time as _time
 
 from . import _config as _cfg
 from . import _runtime as _rt
+from ._docs import embed_signatures as _embed_signatures
 from ._version import __version__ as _version
 from ._membuffer import buffer, memory  # noqa: F401
 from ._p2p import Attach_buffer, Detach_buffer, Flush_buffer, Iflush_buffer  # noqa: F401
@@ -35,6 +36,7 @@ from ._mpi4py import rc as _mpi4py_rc
 from .datatypes import *  # noqa: F401,F403
 from .datatypes import Datatype  # noqa: F401
 from .datatypes import plan as _plan  # noqa: F401  (installs Pack/Unpack/Get_address host support)
+from .datatypes import typealign as _typealign, typecode as _typecode  # noqa: F401  (mpi4py.util.dtlib uses them)
 from .errors import *  # noqa: F401,F403
 from .errors import (  # noqa: F401
     ERRHANDLER_NULL,
@@ -286,7 +288,7 @@ def Free_mem(mem) -> None:
 
 # --- gpumpi extensions ----------------------------------------------------------------------------
 def _gpumpi_init(device="auto") -> None:
-    """gpumpi.init(device="auto"): choose how device memory is handled, bind a GPU, initialise.
+    """Choose how device memory is handled, bind a GPU, initialise (``gpumpi.init(device="auto")``).
 
     ``"auto"``: with a CUDA driver and GPUs, rank ``local_rank % ngpus`` binds its GPU (CAI/DLPack
     pointers are classified by the driver); without, device-interface memory is simulated.
@@ -380,5 +382,8 @@ def _init_at_import() -> None:
         required = _THREAD_LEVELS[_rc_option(rc, "thread_level", "multiple", tuple(_THREAD_LEVELS))]
     _rt.init(required)
 
+
+# docstrings in mpi4py's form: the signature line first, then the description (see gpumpi._docs)
+_embed_signatures(globals())
 
 _init_at_import()

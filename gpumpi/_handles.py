@@ -84,6 +84,7 @@ class Table:
             self.live[v] = obj
 
     def find(self, value: int):
+        """Return the object with handle ``value`` (a constant or a live object), or None."""
         ent = self.named.get(value)
         if ent is not None:
             return ent[0]

@@ -11,7 +11,7 @@ The shim package is the installed mpi4py with one module swapped:
 
 * its ``__path__`` is the shim directory followed by the real package's directory, so
   ``mpi4py.MPI`` is the shim's ``MPI.py`` (which replaces itself by ``gpumpi.MPI``:
-  the very same module object) while ``mpi4py.util.pkl5``, ``util.dtlib``, ``util.pool``,
+  the very same module object) while ``mpi4py.util.pkl5``, ``util.pool``,
   ``util.sync``, ``futures``, ``run``, ``bench``, ``typing`` and ``__main__`` are
   mpi4py's own source files, run on top of gpumpi.MPI (one implementation of each);
 * its namespace is the real ``mpi4py/__init__.py`` executed in the shim module, so
@@ -19,6 +19,11 @@ The shim package is the installed mpi4py with one module swapped:
   ``__file__`` is the real one (the package's data files, headers and ``.pxd`` files
   are the installed mpi4py's); ``mpi4py.__gpumpi__`` tells the shim apart.  gpumpi.MPI
   reads ``mpi4py.rc`` when it initialises (see :func:`rc`).
+
+One more module is gpumpi's: ``mpi4py.util.dtlib`` is :mod:`gpumpi.util.dtlib` (an
+import hook, :class:`_Alias`, hands out that module object under the mpi4py name),
+because gpumpi needs the NumPy conversions itself without mpi4py; one implementation,
+which follows mpi4py's rule for rule.
 
 The compiled ``mpi4py/MPI*.so`` of the real package is never loaded.  Without an
 installed mpi4py, ``mpi4py.MPI`` and a minimal ``rc`` still work and the pure-Python
@@ -80,6 +85,34 @@ class _Rc:
         return "<mpi4py.rc>"
 
 
+class _Alias:
+    """Import hook: ``mpi4py.util.dtlib`` is gpumpi's module of the same job (one implementation).
+
+    The import system still binds the module as ``mpi4py.util``'s attribute and in
+    ``sys.modules`` under the mpi4py name; the module keeps its own ``__name__``.
+    """
+
+    NAMES = ("mpi4py.util.dtlib",)
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name in cls.NAMES:
+            return importlib.machinery.ModuleSpec(name, cls)
+        return None
+
+    @staticmethod
+    def create_module(spec):
+        from .util import dtlib
+
+        spec.loader_state = dtlib.__spec__
+        return dtlib
+
+    @staticmethod
+    def exec_module(module) -> None:
+        # already run by create_module; the import system set __spec__ to the alias's: restore it
+        module.__spec__ = module.__spec__.loader_state
+
+
 def adopt(ns: dict) -> None:
     """Make the shim package ``ns`` the installed mpi4py with gpumpi.MPI as its MPI."""
     ns["__gpumpi__"] = True
@@ -93,6 +126,8 @@ def adopt(ns: dict) -> None:
         ns["__path__"] = [here]
         return
     real_dir = list(spec.submodule_search_locations)[0]
+    if _Alias not in sys.meta_path:
+        sys.meta_path.insert(0, _Alias)
     ns["__path__"] = [here, real_dir]
     with open(spec.origin, encoding="utf-8") as f:
         code = compile(f.read(), spec.origin, "exec")

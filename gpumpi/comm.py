@@ -1232,6 +1232,7 @@ class Intercomm(Comm):
     __slots__ = ()
 
     def Is_inter(self) -> bool:
+        """Return whether this is an intercommunicator: always (MPI_Comm_test_inter)."""
         self._check("Comm.Is_inter")
         return True
 

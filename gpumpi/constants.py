@@ -59,12 +59,12 @@ def _lookup_sentinel(name: str):
 
 
 def is_bottom(obj) -> bool:
-    """mpi4py rule: ``None`` doubles as BOTTOM for a buffer argument."""
+    """Return whether ``obj`` means BOTTOM (mpi4py's rule: ``None`` doubles as BOTTOM for a buffer)."""
     return obj is None or obj is BOTTOM
 
 
 def is_in_place(obj) -> bool:
-    """mpi4py rule: ``None`` doubles as IN_PLACE for a send buffer."""
+    """Return whether ``obj`` means IN_PLACE (mpi4py's rule: ``None`` doubles as IN_PLACE for a send buffer)."""
     return obj is None or obj is IN_PLACE
 
 

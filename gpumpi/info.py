@@ -139,15 +139,19 @@ class Info(Handle):
         del self._d[key]
 
     def get(self, key: str, default=None):
+        """Return the value for ``key``, or ``default`` when it is not set (MPI_Info_get_string)."""
         return default if self._null else self._d.get(key, default)
 
     def keys(self):
+        """Return the keys, in order (MPI_Info_get_nthkey)."""
         return list(self)
 
     def values(self):
+        """Return the values, in key order (MPI_Info_get_string)."""
         return [self._d[k] for k in self]
 
     def items(self):
+        """Return the ``(key, value)`` pairs, in key order (MPI_Info_get_nthkey, MPI_Info_get_string)."""
         return [(k, self._d[k]) for k in self]
 
     def copy(self) -> "Info":

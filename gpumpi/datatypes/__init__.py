@@ -8,7 +8,7 @@ memory operations (``Pack``/``Unpack``, external32, ``Get_address``) come from
 """
 
 from . import predefined as _predefined
-from ._core import DATATYPE_NULL, Datatype
+from ._core import DATATYPE_NULL, Datatype, typealign, typecode
 from .address import Aint_add, Aint_diff, Get_address
 from .predefined import (
     PREDEFINED_NAMES,

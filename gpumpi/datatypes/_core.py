@@ -66,7 +66,7 @@ from ..constants import (
 )
 from ..errors import ERR_COMM, ERR_COUNT, ERR_OTHER, ERR_TYPE, error
 
-__all__ = ["Datatype", "DATATYPE_NULL", "install_memory_ops"]
+__all__ = ["Datatype", "DATATYPE_NULL", "install_memory_ops", "typecode", "typealign"]
 
 #: MPICH's MPI_DATATYPE_NULL handle.
 NULL_HANDLE = 0x0C000000
@@ -122,17 +122,56 @@ def _memory_op(name: str, call: str):
 
 
 class _Record:
-    """What MPI keeps per handle: handle, print name, commit/free state, attributes, caches."""
+    """What MPI keeps per handle: handle, print name, commit/free state, references, attributes, caches."""
 
-    __slots__ = ("handle", "name", "committed", "freed", "attrs", "cache")
+    __slots__ = ("handle", "name", "committed", "freed", "refs", "parts", "attrs", "cache")
 
     def __init__(self, handle: int, name: str, committed: bool) -> None:
         self.handle = handle
         self.name = name
         self.committed = committed
         self.freed = False
+        self.refs = 1  # MPI references: the creator's, Get_contents/decode results, containing types
+        self.parts: tuple = ()  # derived components this type holds a reference to (released when freed)
         self.attrs: dict = {}  # keyval -> (keyval state, value)
         self.cache: dict = {}  # flatten/plan data derived from the (immutable) layout
+
+
+def _components(base, kw) -> list:
+    """The component datatypes a derived type is built from (its Get_contents datatypes)."""
+    if base is not None:
+        return [base]
+    if kw:
+        return list(kw.get("datatypes", ()))
+    return []
+
+
+def _retain(dt: "Datatype") -> "Datatype":
+    """One more MPI reference to ``dt``'s handle, as a new object (what MPI_Type_get_contents returns)."""
+    if dt._combiner not in _PREDEFINED_COMBINERS and dt._size is not None:
+        dt._rec.refs += 1
+    return Datatype(dt)
+
+
+def _release(dt: "Datatype", call: str):
+    """Drop one MPI reference to ``dt``'s handle; the last one deletes its attributes and releases
+    its components.  Returns the first attribute-callback error, or None."""
+    rec = dt._rec
+    rec.refs -= 1
+    if rec.refs > 0:
+        return None
+    failure = None
+    if rec.attrs:
+        from . import attributes
+
+        failure = attributes.delete_all(dt, call)
+    rec.freed = True
+    parts, rec.parts = rec.parts, ()
+    for part in parts:
+        err = _release(part, call)
+        if failure is None:
+            failure = err
+    return failure
 
 
 def _index(value, what: str, call: str) -> int:
@@ -177,8 +216,8 @@ class Datatype:
         src = _NULL if datatype is None else datatype
         if not isinstance(src, Datatype):
             raise TypeError(f"Datatype: expecting a Datatype (got {type(datatype).__name__})")
-        for slot in _COPY_SLOTS:
-            setattr(self, slot, getattr(src, slot))
+        for slot, value in zip(_COPY_SLOTS, _layout_of(src)):
+            setattr(self, slot, value)
 
     # -- construction helpers (internal) -------------------------------------------------
 
@@ -218,7 +257,18 @@ class Datatype:
             _PREDEFINED[handle] = self
         else:
             _DERIVED[handle] = self
+            if combiner not in _PREDEFINED_COMBINERS:
+                parts = tuple(t for t in _components(base, kw)
+                              if t._combiner not in _PREDEFINED_COMBINERS and t._size is not None)
+                for t in parts:
+                    t._rec.refs += 1
+                self._rec.parts = parts
         return self
+
+    def _nullify(self) -> None:
+        """Make this object DATATYPE_NULL (what Free leaves in the caller's variable)."""
+        for slot, value in zip(_COPY_SLOTS, _NULL_LAYOUT):
+            setattr(self, slot, value)
 
     def _check(self, call: str) -> None:
         """Raise ERR_TYPE when this is DATATYPE_NULL or a freed handle."""
@@ -245,8 +295,8 @@ class Datatype:
             return NotImplemented
         return self._handle != other._handle
 
-    def __hash__(self) -> int:
-        return hash(self._handle)
+    # unhashable, as every MPI object in mpi4py (equality goes by handle, which Free changes)
+    __hash__ = None  # type: ignore[assignment]
 
     def __bool__(self) -> bool:
         return self._handle != NULL_HANDLE
@@ -267,7 +317,7 @@ class Datatype:
             if const is self or const is None:
                 return (Datatype.fromhandle, (self._handle,))
             return (type(self), (const,))
-        base, name, kw = self.decode()
+        base, name, kw = self._decode()
         return (_rebuild, (base, name, kw, self._rec.committed))
 
     @property
@@ -540,17 +590,17 @@ class Datatype:
         return self
 
     def Free(self) -> None:
-        """Free the datatype (MPI_Type_free); cached attributes are deleted first."""
+        """Free the datatype (MPI_Type_free).
+
+        This object becomes DATATYPE_NULL.  The handle lives on while other references
+        hold it (``Get_contents``/``decode`` results, types built from it), as in MPICH;
+        the last release runs the attribute delete callbacks and frees the handle."""
         self._check("Free")
         if self._combiner in _PREDEFINED_COMBINERS:
             raise error(ERR_TYPE, f"Datatype.Free: cannot free a predefined datatype "
                                   f"({self._rec.name or repr(self)})")
-        from . import attributes
-
-        failure = attributes.delete_all(self, "Datatype.Free")
-        self._rec.freed = True
-        for slot in _COPY_SLOTS:
-            setattr(self, slot, getattr(_NULL, slot))
+        failure = _release(self, "Datatype.Free")
+        self._nullify()
         if failure is not None:
             raise failure
 
@@ -563,8 +613,7 @@ class Datatype:
             return
         if self._combiner in _PREDEFINED_COMBINERS:
             if _PREDEFINED.get(self._handle) is not self:
-                for slot in _COPY_SLOTS:
-                    setattr(self, slot, getattr(_NULL, slot))
+                self._nullify()
             return
         self.Free()
 
@@ -619,7 +668,8 @@ class Datatype:
         if self._combiner == COMBINER_NAMED:
             raise error(ERR_TYPE, f"Datatype.Get_contents: named predefined datatypes have no contents "
                                   f"({self._rec.name})")
-        return self._contents()
+        i, a, c, d = self._contents()
+        return i, a, c, [_retain(t) for t in d]
 
     @property
     def contents(self) -> tuple[list[int], list[int], list[int], list["Datatype"]]:
@@ -631,9 +681,20 @@ class Datatype:
 
         Returns ``(base, combiner name, arguments)``; ``base`` is the type itself for
         named types, ``DATATYPE_NULL`` for f90 types and for structs of several types (a
-        struct of one type gives that type), as in mpi4py.
+        struct of one type gives that type), as in mpi4py.  The datatypes returned are
+        new references (MPI_Type_get_contents): free the derived ones when done.
         """
         self._check("decode")
+        base, name, kw = self._decode()
+        if name == "NAMED":
+            return (self, name, {})
+        if name == "STRUCT":
+            types = kw["datatypes"] = [_retain(t) for t in kw["datatypes"]]
+            return (types[0] if len(types) == 1 else _NULL, name, kw)
+        return (base if base is _NULL else _retain(base), name, kw)
+
+    def _decode(self) -> tuple["Datatype", str, dict]:
+        """Decode without new references (``decode``): the components are this type's own snapshots."""
         c = self._combiner
         name = COMBINER_NAMES[c]
         if c == COMBINER_NAMED:
@@ -800,8 +861,11 @@ class Datatype:
     # -- Python/NumPy interoperability ---------------------------------------------------
 
     def tocode(self) -> str:
-        """Get character code or type string from predefined MPI datatype."""
-        self._check("tocode")
+        """Get character code or type string from predefined MPI datatype.
+
+        ``ValueError`` when there is none (DATATYPE_NULL and derived types, as in mpi4py)."""
+        if self._size is not None:
+            self._check("tocode")
         code = self._code
         if code is None:
             raise ValueError("cannot map to character code or type string")
@@ -859,6 +923,39 @@ class Datatype:
         return npd
 
 
+def typecode(datatype: Datatype) -> "str | None":
+    """Map MPI datatype to character code or type string (mpi4py's ``MPI._typecode``).
+
+    The ``tocode()`` of a predefined or f90 type and of a ``Dup`` of one; None for
+    every other type, DATATYPE_NULL and freed handles (mpi4py never raises here).
+    """
+    if not isinstance(datatype, Datatype):
+        raise TypeError(f"_typecode: expecting a Datatype (got {type(datatype).__name__})")
+    if datatype._size is None or datatype._rec.freed:
+        return None
+    return datatype._code
+
+
+def typealign(datatype: Datatype) -> "int | None":
+    """Return MPI datatype alignment (mpi4py's ``MPI._typealign``).
+
+    The C alignment of a predefined type with a character code, of a pair or f90
+    type, or of the type with a character code a chain of ``Dup`` leads to (mpi4py
+    finds it through that code); None for every other type, DATATYPE_NULL and freed
+    handles.
+    """
+    if not isinstance(datatype, Datatype):
+        raise TypeError(f"_typealign: expecting a Datatype (got {type(datatype).__name__})")
+    dup = False
+    while datatype._combiner == COMBINER_DUP and datatype._size is not None and not datatype._rec.freed:
+        datatype, dup = datatype._base, True
+    if datatype._size is None or datatype._rec.freed or datatype._combiner not in _PREDEFINED_COMBINERS:
+        return None
+    if datatype._char is None and (dup or datatype._pair is None):
+        return None  # no character code (the Match_size-only types), or a Dup of a pair type
+    return datatype._align or None
+
+
 def _is_contig(segs, size: int, lb: int, extent: int) -> bool:
     # segs is None only for derived layouts, whose constructor decides
     if size != extent or segs is None:
@@ -890,6 +987,7 @@ def _rebuild(base: Datatype, name: str, kw: dict, committed: bool) -> Datatype:
 
 
 _COPY_SLOTS = tuple(s for s in Datatype.__slots__ if s != "__weakref__")
+_layout_of = operator.attrgetter(*_COPY_SLOTS)
 
 #: The null datatype (MPI_DATATYPE_NULL).
 DATATYPE_NULL = Datatype._make(
@@ -897,6 +995,7 @@ DATATYPE_NULL = Datatype._make(
     true_lb=None, true_extent=None, segs=None, combiner=COMBINER_NAMED,
 )
 _NULL = DATATYPE_NULL
+_NULL_LAYOUT = _layout_of(_NULL)
 
 # (value handle, index handle) -> pair type; filled by datatypes.predefined
 _VALUE_INDEX: dict[tuple[int, int], Datatype] = {}

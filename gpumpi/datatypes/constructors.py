@@ -364,8 +364,8 @@ def struct(blocklengths, displacements, datatypes) -> Datatype:
     if total == 0:
         return _zerolen(COMBINER_STRUCT, kw)
     live = [(b, d, t) for b, d, t in zip(bls, disps, types) if b]
-    basics = {t._basic for b, d, t in live if t._size}
-    basic = basics.pop() if len(basics) == 1 else None
+    basics = {(t._basic._handle if t._basic is not None else None): t._basic for b, d, t in live if t._size}
+    basic = basics.popitem()[1] if len(basics) == 1 else None
     nbasic = sum(b * t._nbasic for b, d, t in live)
     lo = hi = tlo = thi = None
     for b, d, t in live:

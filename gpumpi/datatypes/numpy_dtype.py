@@ -52,22 +52,32 @@ from ..constants import (
     COMBINER_VECTOR,
     ORDER_FORTRAN,
 )
-from ._core import _PREDEFINED_COMBINERS, DATATYPE_NULL, Datatype
+from ._core import _PREDEFINED_COMBINERS, DATATYPE_NULL, Datatype, typealign, typecode
 from .predefined import CHAR, WCHAR, lookup_typecode
 
 __all__ = ["from_numpy_dtype", "to_numpy_dtype", "for_array"]
 
 
-def _elementary(dtype: np.dtype) -> Datatype:
+def _elementary(dtype: np.dtype, whole_strings: bool) -> Datatype:
     code = dtype.char
-    if code in ("S", "U") and dtype.itemsize > (1 if code == "S" else 4):
+    if whole_strings and code in ("S", "U") and dtype.itemsize > (1 if code == "S" else 4):
         base = CHAR if code == "S" else WCHAR
         return base.Create_contiguous(dtype.itemsize // base._size)
     return Datatype.fromcode(code).Dup()
 
 
-def from_numpy_dtype(dtype) -> Datatype:
-    """Convert a NumPy dtype to a datatype (``mpi4py.util.dtlib.from_numpy_dtype``)."""
+def _free(*types: Datatype) -> None:
+    for t in types:
+        if not t.is_predefined:
+            t.Free()
+
+
+def from_numpy_dtype(dtype, *, whole_strings: bool = True) -> Datatype:
+    """Convert a NumPy dtype to a datatype (``mpi4py.util.dtlib.from_numpy_dtype``).
+
+    With ``whole_strings`` (gpumpi's own use) ``S<n>``/``U<n>`` become ``n`` characters;
+    without, one character as in mpi4py.
+    """
     dtype = np.dtype(dtype)
     if dtype.hasobject:
         raise ValueError("NumPy datatype with object entries")
@@ -76,24 +86,34 @@ def from_numpy_dtype(dtype) -> Datatype:
     fields = dtype.fields
     if fields:
         blocklengths, displacements, datatypes = [], [], []
-        for name in dtype.names or ():
-            ftype, fdisp, *_ = fields[name]
-            blocklengths.append(1)
-            displacements.append(fdisp)
-            datatypes.append(from_numpy_dtype(ftype))
-        return Datatype.Create_struct(blocklengths, displacements, datatypes).Create_resized(0, dtype.itemsize)
+        try:
+            for name in dtype.names or ():
+                ftype, fdisp, *_ = fields[name]
+                blocklengths.append(1)
+                displacements.append(fdisp)
+                datatypes.append(from_numpy_dtype(ftype, whole_strings=whole_strings))
+            struct = Datatype.Create_struct(blocklengths, displacements, datatypes)
+        finally:
+            _free(*datatypes)  # the struct holds its own references
+        try:
+            return struct.Create_resized(0, dtype.itemsize)
+        finally:
+            struct.Free()
     subdtype = dtype.subdtype
     if subdtype:
         base, shape = subdtype
-        datatype = from_numpy_dtype(base)
-        if len(shape) == 1:
-            return datatype.Create_contiguous(shape[0])
-        return datatype.Create_subarray(shape, shape, (0,) * len(shape))
-    return _elementary(dtype)
+        datatype = from_numpy_dtype(base, whole_strings=whole_strings)
+        try:
+            if len(shape) == 1:
+                return datatype.Create_contiguous(shape[0])
+            return datatype.Create_subarray(shape, shape, (0,) * len(shape))
+        finally:
+            _free(datatype)
+    return _elementary(dtype, whole_strings)
 
 
 def _typecode(datatype: Datatype):
-    return datatype._code
+    return typecode(datatype)
 
 
 def _is_aligned(datatype: Datatype, offset: int = 0) -> bool:
@@ -101,10 +121,10 @@ def _is_aligned(datatype: Datatype, offset: int = 0) -> bool:
     if datatype.is_predefined:
         if offset == 0:
             return True
-        alignment = datatype._align or 0
+        alignment = typealign(datatype) or 0
         return alignment != 0 and offset % alignment == 0
     combiner = datatype.combiner
-    basetype, _, info = datatype.decode()
+    basetype, _, info = datatype._decode()
     types, disps = [basetype], [0]
     if combiner == COMBINER_RESIZED:
         disps = [info["extent"]]
@@ -118,48 +138,61 @@ def _is_aligned(datatype: Datatype, offset: int = 0) -> bool:
     return all(_is_aligned(t, offset + d) for t, d in zip(types, disps))
 
 
-def to_numpy_dtype(datatype: Datatype) -> np.dtype:
-    """Convert a datatype to a NumPy dtype (``mpi4py.util.dtlib.to_numpy_dtype``)."""
+def to_numpy_dtype(datatype: Datatype, np_dtype=np.dtype):
+    """Convert a datatype to a NumPy dtype (``mpi4py.util.dtlib.to_numpy_dtype``).
+
+    ``np_dtype`` builds each dtype from its spec; with None the specs themselves are
+    returned (a code string, ``(spec, shape)``, a fields dict, ``(spec, kwargs)``), as
+    dtlib does without NumPy.
+    """
     if not isinstance(datatype, Datatype):
         raise TypeError(f"to_numpy_dtype: expecting a Datatype (got {type(datatype).__name__})")
     if datatype == DATATYPE_NULL:
         raise ValueError("cannot convert null MPI datatype to NumPy")
 
+    def make(spec, **kwargs):
+        if np_dtype is None:
+            return spec if not kwargs else (spec, kwargs)
+        return np_dtype(spec, **kwargs)
+
+    def convert(dt):
+        return to_numpy_dtype(dt, np_dtype)
+
     def mpi2npy(dt, count):
-        d = to_numpy_dtype(dt)
+        d = convert(dt)
         return d if count == 1 else (d, count)
 
     combiner = datatype.combiner
     if combiner == COMBINER_NAMED:
         code = _typecode(datatype)
         if code is not None:
-            return np.dtype(code)
+            return make(code)
         if datatype._pair is not None:
-            return np.dtype(f"{_typecode(datatype._pair[0])},i", align=True)
+            return make(f"{_typecode(datatype._pair[0])},i", align=True)
         raise ValueError(f"cannot convert MPI datatype to NumPy ({datatype!r})")
-    basetype, _, info = datatype.decode()
+    basetype, _, info = datatype._decode()
     if combiner == COMBINER_DUP:
-        return to_numpy_dtype(basetype)
+        return convert(basetype)
     if combiner == COMBINER_CONTIGUOUS:
-        return np.dtype((to_numpy_dtype(basetype), (info["count"],)))
+        return make((convert(basetype), (info["count"],)))
     if combiner == COMBINER_SUBARRAY:
-        dtype = to_numpy_dtype(basetype)
+        dtype = convert(basetype)
         sizes, subsizes, starts = info["sizes"], info["subsizes"], info["starts"]
         if subsizes == sizes and min(starts) == max(starts) == 0:
             if info["order"] == ORDER_FORTRAN:
                 sizes = sizes[::-1]
-            return np.dtype((dtype, tuple(sizes)))
+            return make((dtype, tuple(sizes)))
         raise ValueError("cannot convert subarray MPI datatype to NumPy")
     aligned = True
     if combiner == COMBINER_RESIZED and basetype.combiner == COMBINER_STRUCT:
         aligned = _is_aligned(basetype, info["extent"])
         combiner = COMBINER_STRUCT
-        _, _, info = basetype.decode()
+        _, _, info = basetype._decode()
     if combiner == COMBINER_STRUCT:
         datatypes = info["datatypes"]
         offsets = info["displacements"]
         aligned &= all(map(_is_aligned, datatypes, offsets))
-        return np.dtype({
+        return make({
             "names": [f"f{i}" for i in range(len(datatypes))],
             "formats": list(map(mpi2npy, datatypes, info["blocklengths"])),
             "offsets": offsets,
@@ -167,7 +200,7 @@ def to_numpy_dtype(datatype: Datatype) -> np.dtype:
             "aligned": aligned,
         })
     if combiner in (COMBINER_VECTOR, COMBINER_HVECTOR):
-        dtype = to_numpy_dtype(basetype)
+        dtype = convert(basetype)
         count, blocklength, stride = info["count"], info["blocklength"], info["stride"]
         if combiner == COMBINER_VECTOR:
             stride *= basetype.extent
@@ -175,7 +208,7 @@ def to_numpy_dtype(datatype: Datatype) -> np.dtype:
         else:
             stride = stride if count > 1 else 0
             aligned = _is_aligned(basetype, stride)
-        return np.dtype({
+        return make({
             "names": [f"f{i}" for i in range(count)],
             "formats": [(dtype, (blocklength,))] * count,
             "offsets": [stride * i for i in range(count)],
@@ -184,7 +217,7 @@ def to_numpy_dtype(datatype: Datatype) -> np.dtype:
         })
     indexed = (COMBINER_INDEXED, COMBINER_HINDEXED, COMBINER_INDEXED_BLOCK, COMBINER_HINDEXED_BLOCK)
     if combiner in indexed:
-        dtype = to_numpy_dtype(basetype)
+        dtype = convert(basetype)
         aligned = _is_aligned(basetype)
         displacements = info["displacements"]
         if combiner in (COMBINER_INDEXED, COMBINER_HINDEXED):
@@ -194,14 +227,14 @@ def to_numpy_dtype(datatype: Datatype) -> np.dtype:
         stride = basetype.extent if combiner in (COMBINER_INDEXED, COMBINER_INDEXED_BLOCK) else 1
         if combiner in (COMBINER_HINDEXED, COMBINER_HINDEXED_BLOCK):
             aligned &= all(_is_aligned(basetype, d) for d in displacements)
-        return np.dtype({
+        return make({
             "names": [f"f{i}" for i in range(len(displacements))],
             "formats": [(dtype, (b,)) for b in blocklengths],
             "offsets": [d * stride for d in displacements],
             "aligned": aligned,
         })
     if combiner in (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX):
-        return np.dtype(_typecode(datatype))
+        return make(_typecode(datatype))
     raise ValueError("cannot convert MPI datatype to NumPy")
 
 

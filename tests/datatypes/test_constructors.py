@@ -275,6 +275,63 @@ def test_components_survive_free():
     assert outer.segments == ((0, 8), (24, 16), (56, 8))  # element 0 ends where element 1 begins
 
 
+def test_contents_and_decode_are_new_references_freed_one_by_one():
+    # MPI_Type_get_contents returns the component handles with one more reference each (MPICH):
+    # every derived one the caller gets is freed by the caller, the type it came from stays whole
+    t = D.INT.Create_contiguous(2)
+    s = Datatype.Create_struct([1, 1], [0, 8], [t, t])
+    for _ in range(2):
+        *_, d = s.Get_contents()
+        assert d == [t, t] and d[0] is not d[1] and d[0] is not t
+        for x in d:
+            assert x.Get_envelope()[-1] == t.combiner
+            x.Free()
+            assert x == DATATYPE_NULL
+    base, name, kw = s.decode()
+    assert base == DATATYPE_NULL and kw["datatypes"] == [t, t]
+    for x in kw["datatypes"]:
+        x.Free()
+    one = Datatype.Create_struct([2], [0], [t])
+    base, name, kw = one.decode()
+    assert base is kw["datatypes"][0] and base == t  # one object, one reference (as mpi4py)
+    base.Free()
+    dup = t.Dup()
+    base, _, _ = dup.decode()
+    assert base == t and base is not t
+    base.Free()
+    assert t.size == 8 and t.decode()[1] == "CONTIGUOUS"  # the caller's own reference is intact
+    named = D.DOUBLE.Create_vector(2, 1, 2).decode()[0]
+    assert named == D.DOUBLE
+    named.free()  # a predefined result: safe free leaves the constant alone
+    assert D.DOUBLE.size == 8
+    for u in (one, dup):
+        u.Free()
+    alias = Datatype(t)
+    t.Free()  # the struct still holds the handle: a copy of it stays usable, as in MPICH
+    assert alias.size == 8 and alias.Get_envelope()[-1] == alias.combiner
+    s.Free()  # last reference: the handle is gone
+    with pytest.raises(MPIException) as info:
+        alias.Get_envelope()
+    assert info.value.Get_error_class() == ERR_TYPE and "freed" in str(info.value)
+
+
+def test_attributes_are_deleted_with_the_last_reference():
+    deleted = []
+    k = Datatype.Create_keyval(delete_fn=lambda dt, kv, v: deleted.append(v))
+    try:
+        t = D.INT.Create_contiguous(3)
+        t.Set_attr(k, "t")
+        v = t.Create_vector(2, 1, 2)
+        (c,) = v.Get_contents()[-1]
+        t.Free()
+        c.Free()
+        assert deleted == []  # v still refers to the handle
+        v.Free()
+        assert deleted == ["t"]
+    finally:
+        Datatype.Free_keyval(k)
+
+
 @pytest.mark.parametrize("make", [
     lambda: D.DOUBLE.Create_vector(3, 2, -4),
     lambda: Datatype.Create_struct([1, 2], [0, 8], [D.INT, D.DOUBLE.Create_resized(0, 12)]),

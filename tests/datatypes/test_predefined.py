@@ -77,8 +77,38 @@ def test_equality_follows_mpi4py_handles():
             assert (getattr(D, a) == getattr(D, b)) == (getattr(MPI, a) == getattr(MPI, b)), (a, b)
     assert D.INT != D.SIGNED_CHAR and D.INT == D.SIGNED_INT
     assert D.INT != 4 and not (D.INT == "i")
-    assert hash(D.FLOAT32_T) == hash(D.FLOAT)
-    assert len({D.INT, D.SIGNED_INT, D.INT32_T}) == 2
+    assert len({t.handle for t in (D.INT, D.SIGNED_INT, D.INT32_T)}) == 2
+
+
+def test_datatypes_are_unhashable_as_in_mpi4py():
+    for t in (D.FLOAT, D.DATATYPE_NULL, D.INT_INT, D.INT.Create_contiguous(2), D.Datatype(D.DOUBLE)):
+        with pytest.raises(TypeError, match="unhashable"):
+            hash(t)
+    with pytest.raises(TypeError):
+        {D.INT}  # noqa: B018
+    assert D.FLOAT32_T in [D.FLOAT] and D.INT not in [D.FLOAT]  # equality still goes by handle
+
+
+def test_typecode_and_typealign_match_mpi4py():
+    # MPI._typecode / MPI._typealign: the private helpers mpi4py.util.dtlib is built on
+    from gpumpi import MPI as G
+
+    def kinds(M):
+        base = [getattr(M, n) for n in MPI_NAMES]
+        return [*base, *(t.Dup() for t in base if t), M.INT.Dup().Dup(), M.INT.Create_contiguous(2),
+                M.DOUBLE_INT.Dup(), M.Datatype.Create_struct([1, 1], [0, 8], [M.INT, M.DOUBLE]),
+                M.Datatype.Create_f90_integer(3), M.Datatype.Create_f90_real(15, 300),
+                M.Datatype.Create_f90_complex(6, 30), M.INT.Create_resized(0, 8), M.Datatype.Match_size(
+                    M.TYPECLASS_REAL, 2)]
+
+    ours, ref = kinds(G), kinds(MPI)
+    assert [G._typecode(t) for t in ours] == [MPI._typecode(t) for t in ref]
+    assert [G._typealign(t) for t in ours] == [MPI._typealign(t) for t in ref]
+    t = G.INT.Dup()
+    t.Free()
+    assert G._typecode(t) is None and G._typealign(t) is None
+    with pytest.raises(TypeError, match="_typecode: expecting a Datatype"):
+        G._typecode("i")
 
 
 def test_typedicts_match_mpi4py():
@@ -137,6 +167,8 @@ def test_datatype_null_behaviour_matches_mpich():
                lambda: null.Set_name("x")):
         _raises_type_error(op, "MPI_DATATYPE_NULL")
     null.free()  # safe free does nothing
+    with pytest.raises(ValueError, match="cannot map to character code or type string"):
+        null.tocode()  # mpi4py: a ValueError, not an MPI error
 
 
 def MPI_null_like():
@@ -213,7 +245,7 @@ def test_contiguous_layout_details():
 def test_free_derived_and_copies():
     c = D.INT.Create_contiguous(2)
     alias = Datatype(c)
-    assert alias == c and alias is not c and hash(alias) == hash(c)
+    assert alias == c and alias is not c and alias.handle == c.handle
     c.Set_name("pair of ints")
     assert alias.name == "pair of ints"  # names live with the handle
     c.Free()
