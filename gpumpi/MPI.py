@@ -238,7 +238,7 @@ def _comm_lock_table(comm: Comm) -> dict:
 
 
 def _commctx_intra(comm: Intracomm):
-    """``(duplicate, tag)``: the intracommunicator's private duplicate and a fresh tag on it
+    """Return ``(duplicate, tag)``: the intracommunicator's private duplicate and a fresh tag on it
     (mpi4py ``MPI._commctx_intra``; the duplicate is made collectively on first use)."""
     if comm.Is_inter():
         raise TypeError("_commctx_intra: expecting an intracommunicator")
@@ -246,7 +246,7 @@ def _commctx_intra(comm: Intracomm):
 
 
 def _commctx_inter(comm: Intercomm):
-    """mpi4py ``MPI._commctx_inter``: needs intercommunicators, which gpumpi does not support yet."""
+    """Raise NotImplementedError: mpi4py ``MPI._commctx_inter`` needs intercommunicators (issue 12)."""
     raise NotImplementedError("_commctx_inter: intercommunicators are not supported yet")
 
 

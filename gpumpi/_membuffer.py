@@ -50,8 +50,7 @@ class buffer(np.ndarray):
     """Buffer: raw memory as bytes (mpi4py ``MPI.buffer``).
 
     ``buffer(obj)`` views the memory of a buffer-like object (read-only unless the
-    object's memory is writable); ``buffer()`` is empty (address 0).
-    """
+    object's memory is writable); ``buffer()`` is empty (address 0)."""
 
     def __new__(cls, *args):
         if len(args) > 1:

@@ -126,8 +126,7 @@ class Pickle:
         protocol: protocol passed to ``dumps`` (default: ``MPI4PY_PICKLE_PROTOCOL`` or the
             highest, for ``pickle.dumps``; None: not passed, for other functions).
         threshold: buffers at least this large go out of band in :meth:`dumps_oob`
-            (default ``MPI4PY_PICKLE_THRESHOLD`` or 256 KiB).
-    """
+            (default ``MPI4PY_PICKLE_THRESHOLD`` or 256 KiB)."""
 
     def __init__(self, dumps=None, loads=None, protocol: int | None = None, threshold: int | None = None) -> None:
         if dumps is None:

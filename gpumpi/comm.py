@@ -829,8 +829,8 @@ class Comm(Handle):
 
     @staticmethod
     def _obuf(buf, call: str):
-        """mpi4py's receive buffer argument of recv/irecv: an int (that many bytes are
-        allocated) or a writable buffer; the message must fit (else ERR_TRUNCATE)."""
+        """Turn recv/irecv's buffer argument into a buffer, as mpi4py does: an int (that many
+        bytes are allocated) or a writable buffer; the message must fit (else ERR_TRUNCATE)."""
         if _is_integral(buf):
             n = buf.__index__()
             if n < 0:
