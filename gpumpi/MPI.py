@@ -32,7 +32,6 @@ from .comm import (  # noqa: F401
 from .constants import *  # noqa: F401,F403
 from .constants import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType  # noqa: F401
 from .constants import THREAD_FUNNELED, THREAD_MULTIPLE, THREAD_SERIALIZED, THREAD_SINGLE
-from ._mpi4py import rc as _mpi4py_rc
 from .datatypes import *  # noqa: F401,F403
 from .datatypes import Datatype  # noqa: F401
 from .datatypes import plan as _plan  # noqa: F401  (installs Pack/Unpack/Get_address host support)
@@ -351,6 +350,16 @@ def _install_nvtx() -> None:
             if name[:1].isupper():
                 wrap(cls, name)
     _NVTX_WRAPPED[0] = True
+
+
+def _mpi4py_rc():
+    """The ``mpi4py.rc`` of this process when gpumpi's mpi4py shim is in use (gpumpi._mpi4py), else None."""
+    import sys
+
+    mod = sys.modules.get("mpi4py")
+    if mod is None or not getattr(mod, "__gpumpi__", False):
+        return None
+    return getattr(mod, "rc", None)
 
 
 #: mpi4py.rc.thread_level values

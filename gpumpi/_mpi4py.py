@@ -141,11 +141,3 @@ def adopt(ns: dict) -> None:
         return os.path.join(real_dir, "include")
 
     ns["get_include"] = get_include
-
-
-def rc():
-    """The ``mpi4py.rc`` of this process when the shim is in use, else None."""
-    mod = sys.modules.get("mpi4py")
-    if mod is None or not getattr(mod, "__gpumpi__", False):
-        return None
-    return getattr(mod, "rc", None)

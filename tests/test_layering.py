@@ -25,8 +25,8 @@ LAYERS = {
     3: ["kernels"],
     4: ["ipc", "_bootstrap"],
     5: ["_progress", "_runtime", "request", "_p2p", "_objects", "message", "_partitioned", "_commctx", "comm", "MPI",
-        "op", "_mpi4py", "win", "file", "session", "_nullobj", "collectives._execute"],
-    6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util", "_shim"],
+        "op", "win", "file", "session", "_nullobj", "collectives._execute"],
+    6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util", "_mpi4py", "_shim"],
 }
 
 #: modules L1 may not import (pure core: no clock, no environment, no processes, no arrays)
