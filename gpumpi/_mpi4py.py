@@ -18,7 +18,7 @@ The shim package is the installed mpi4py with one module swapped:
   ``mpi4py.rc``, ``profile``, ``get_config`` and ``__version__`` are mpi4py's, and its
   ``__file__`` is the real one (the package's data files, headers and ``.pxd`` files
   are the installed mpi4py's); ``mpi4py.__gpumpi__`` tells the shim apart.  gpumpi.MPI
-  reads ``mpi4py.rc`` when it initialises (see :func:`rc`).
+  reads ``mpi4py.rc`` when it initialises (``gpumpi.MPI._init_at_import``).
 
 One more module is gpumpi's: ``mpi4py.util.dtlib`` is :mod:`gpumpi.util.dtlib` (an
 import hook, :class:`_Alias`, hands out that module object under the mpi4py name),
