@@ -131,10 +131,6 @@ def _rank_main(rank: int, fn, args, kwargs, result_fds: list[int], dump_fds: lis
     code = 0
     try:
         payload = ("ok", fn(*args, **kwargs))
-        runtime = sys.modules.get("gpumpi._runtime")
-        finalize = getattr(runtime, "finalize", None)
-        if finalize is not None:
-            finalize()
     except SystemExit as e:
         if e.code is None or e.code == 0:
             payload = ("ok", None)
@@ -145,6 +141,17 @@ def _rank_main(rank: int, fn, args, kwargs, result_fds: list[int], dump_fds: lis
         if _is_skip(e):
             payload = ("skip", str(getattr(e, "msg", e)))
         else:
+            code = 1
+            payload = ("error", traceback.format_exc())
+    if code == 0:
+        # a rank that leaves with status 0 has finalized, as a program's normal exit does
+        # (else the job counts it as an improper exit)
+        try:
+            runtime = sys.modules.get("gpumpi._runtime")
+            finalize = getattr(runtime, "finalize", None)
+            if finalize is not None:
+                finalize()
+        except BaseException:
             code = 1
             payload = ("error", traceback.format_exc())
     try:
