@@ -79,6 +79,7 @@ class Xfer:
         "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs", "sig", "dev", "ondev",
         "region",  # rendezvous: the region transport that offered (sender) or takes (receiver) the data
         "cancel_fn",  # joint operations only (left unset elsewhere): what MPI_Cancel does to them
+        "msig",  # receive: the signature code of the message it matched (0: untyped)
     )
 
     def __init__(self, kind: int) -> None:
@@ -98,7 +99,7 @@ class Xfer:
         self.arrival = None
         self.push_iter = None
         self.push_next = None
-        self.sig = 0
+        self.sig = self.msig = 0
         # device messages: (adapter, address, event or None): a receive's destination and the
         # event its writes wait for (the consumer's pending work); a send's source and the event
         # its reads wait for (the producer's work)
@@ -353,6 +354,7 @@ class Engine:
         x.st_source = src
         x.st_tag = tag
         x.st_nbytes = take
+        x.msig = sig
         if n > cap:
             x.err = ERR_TRUNCATE
             x.errmsg = f"{x.call}: message truncated ({n} bytes, buffer {cap})"

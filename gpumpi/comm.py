@@ -50,6 +50,7 @@ from .constants import (
     UNIVERSE_SIZE,
     WTIME_IS_GLOBAL,
 )
+from .datatypes.flatten import sig_name as _sig_name
 from .datatypes.flatten import sigcode as _sigcode
 from .errors import (
     ERR_ARG,
@@ -60,6 +61,7 @@ from .errors import (
     ERR_ROOT,
     ERR_TAG,
     ERR_TRUNCATE,
+    ERR_TYPE,
     ERRORS_RETURN,
     Errhandler,
     error,
@@ -69,7 +71,7 @@ from .errors import Exception as MPIException
 from ._handles import Handle, Table
 from .group import Group
 from .message import Message
-from .request import Prequest, Request, done_xfer, joint, part_done
+from .request import Prequest, Request, check_status, done_xfer, joint, part_done
 from .status import Status
 from numpy import ndarray as _ndarray
 
@@ -473,6 +475,8 @@ class Comm(Handle):
     def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None, *,
              stream=None) -> None:
         """Blocking receive (MPI_Recv)."""
+        if status is not None:
+            check_status(status, "Recv")
         try:
             # fast path: into a NumPy array from a valid rank (or ANY_SOURCE) with a valid tag
             if type(buf) is _ndarray and type(source) is int and type(tag) is int and self._ctx >= 0 and \
@@ -609,6 +613,7 @@ class Comm(Handle):
 
     def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
         """Wait for a matching message without receiving it (MPI_Probe)."""
+        check_status(status, "Probe")
         try:
             if source == PROC_NULL:
                 if status is not None:
@@ -662,6 +667,7 @@ class Comm(Handle):
 
     def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
         """Check for a matching message (MPI_Iprobe)."""
+        check_status(status, "Iprobe")
         try:
             if source == PROC_NULL:
                 if status is not None:
@@ -678,6 +684,7 @@ class Comm(Handle):
 
     def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":
         """Matched probe: take the message off the queue (MPI_Mprobe)."""
+        check_status(status, "Mprobe")
         try:
             if source == PROC_NULL:
                 if status is not None:
@@ -692,6 +699,7 @@ class Comm(Handle):
 
     def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
         """Nonblocking matched probe (MPI_Improbe); None when nothing matches."""
+        check_status(status, "Improbe")
         try:
             if source == PROC_NULL:
                 if status is not None:
@@ -1134,23 +1142,44 @@ class Intracomm(Comm):
         """Broadcast a buffer from root, binomial tree (MPI_Bcast).
 
         Every step goes through the one buffer path: device buffers move device to device
-        (large messages by a transport's region offer; each rank forwards from its own buffer)."""
+        (large messages by a transport's region offer; each rank forwards from its own buffer).
+        A rank whose buffer does not match the root's (size, or type signature as
+        point-to-point checks it) raises ``ERR_TRUNCATE``/``ERR_COUNT``/``ERR_TYPE`` only after
+        it has forwarded what it received, carrying the root's signature: nobody waits on it,
+        and its subtree checks its own buffers against the root's type.
+        """
         try:
             call = "Bcast"
             self._check(call)
             root = self._root(root, call)
             m = _msg(buf, self._rank == root, 0, call)
             tag, ctx, me, w = self._ctag(), self._ctx + 1, self._rank, self._w
+            eng = _rt.ENGINE
+            fwd = [None]  # the root's signature code, forwarded as received
+            bad = []
 
             def recv(src):
-                x = _p2p.irecv(m, src, w[src], tag, ctx, call, stream)
-                self._cwait([x])
-                if x.st_nbytes != m.nbytes:
-                    raise error(ERR_COUNT if x.st_nbytes < m.nbytes else ERR_TRUNCATE,
-                                f"{call}: root sent {x.st_nbytes} bytes, this rank expects {m.nbytes}")
-                return x
+                x = _p2p.irecv(m, src, w[src], tag, ctx, call, stream, sig=0)
+                if not x.done:
+                    eng.wait(x)
+                if x.err and x.err != ERR_TRUNCATE:
+                    raise error(x.err, x.errmsg)
+                fwd[0] = x.msig
+                mine = _p2p._sig(m.datatype)
+                if x.err:
+                    bad.append(error(x.err, x.errmsg))
+                elif x.st_nbytes != m.nbytes:
+                    bad.append(error(ERR_COUNT if x.st_nbytes < m.nbytes else ERR_TRUNCATE,
+                                     f"{call}: root sent {x.st_nbytes} bytes, this rank expects {m.nbytes}"))
+                elif x.msig and mine and x.msig != mine and m.nbytes and eng.typecheck:
+                    bad.append(error(ERR_TYPE, f"{call}: type signature mismatch (root {root} sent {m.nbytes} bytes "
+                                               f"of {_sig_name(x.msig)}, this rank receives {_sig_name(mine)})"))
+                return done_xfer()
 
-            self._tree(root, recv, lambda dst: _p2p.isend(m, w[dst], me, tag, ctx, STANDARD, call, stream))
+            self._tree(root, recv,
+                       lambda dst: _p2p.isend(m, w[dst], me, tag, ctx, STANDARD, call, stream, sig=fwd[0]))
+            if bad:
+                raise bad[0]
         except MPIException as e:
             self._raise(e)
 

@@ -686,17 +686,23 @@ def sigcode(datatype) -> int:
     return code
 
 
+_SIG_SCANNED: list = []
+
+
 def sig_name(code: int) -> str:
     """The ``typestr`` behind a signature code (as seen by this process)."""
-    if not _SIG_NAMES:
+    name = _SIG_NAMES.get(code)
+    if name is None and not _SIG_SCANNED:  # a peer's code: learn every predefined type's, once
+        _SIG_SCANNED.append(True)
         from .predefined import PREDEFINED_NAMES, lookup_name
 
-        for name in PREDEFINED_NAMES:
+        for pname in PREDEFINED_NAMES:
             try:
-                sigcode(lookup_name(name))
+                sigcode(lookup_name(pname))
             except Exception:  # names without a type on this platform
                 pass
-    return _SIG_NAMES.get(code, f"code {code}")
+        name = _SIG_NAMES.get(code)
+    return name or f"code {code}"
 
 
 def elements_in(datatype, nbytes: int) -> int:
