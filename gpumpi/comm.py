@@ -70,6 +70,7 @@ from .errors import (
 from .errors import Exception as MPIException
 from ._handles import Handle, Table
 from .group import Group
+from .info import Info
 from .message import Message
 from .request import Prequest, Request, check_status, done_xfer, joint, part_done
 from .status import Status
@@ -340,10 +341,30 @@ class Comm(Handle):
             raise error(ERR_COMM, f"Comm.Free: cannot free a predefined communicator ({self._name})")
         eng = _rt.ENGINE
         _commctx.forget(self._ctx)  # its lock table and private duplicate (mpi4py's attributes)
-        for c in (self._ctx, self._ctx + 1, self._ctx + 2, self._ctx + 3):
-            eng.matcher.drop_context(c)
+        with eng.lock:
+            for c in (self._ctx, self._ctx + 1, self._ctx + 2, self._ctx + 3):
+                # pending operations complete normally (MPI_Comm_free): a context with a
+                # receive still posted keeps its queues (context ids are never reused)
+                if eng.matcher.pending(c)[0] == 0:
+                    eng.matcher.drop_context(c)
         Comm._htable.live.pop(self._hval(), None)
         self._set_null()
+
+    def Dup(self, info=None) -> "Comm":
+        """Duplicate the communicator (MPI_Comm_dup); intracommunicators only so far."""
+        try:
+            self._check("Comm.Dup")
+        except MPIException as e:
+            self._raise(e)
+        raise NotImplementedError(f"Comm.Dup: not supported for {type(self).__name__} yet")
+
+    def Split(self, color: int = 0, key: int = 0) -> "Comm":
+        """Split into disjoint communicators (MPI_Comm_split); intracommunicators only so far."""
+        try:
+            self._check("Comm.Split")
+        except MPIException as e:
+            self._raise(e)
+        raise NotImplementedError(f"Comm.Split: not supported for {type(self).__name__} yet")
 
     # --- point-to-point: posting ----------------------------------------------------------
     def _send_args(self, buf, dest, tag, call: str, stream=None):
@@ -1024,6 +1045,7 @@ class Intracomm(Comm):
         """Duplicate the communicator (MPI_Comm_dup)."""
         try:
             self._check("Comm.Dup")
+            _info_arg(info, "Comm.Dup")
             ctx = self._agree_ctx("Comm.Dup")
             c = type(self).__new__(type(self))
             c._setup(ctx, self._rw, self._rw[self._rank])
@@ -1036,6 +1058,7 @@ class Intracomm(Comm):
 
     def Dup_with_info(self, info) -> "Intracomm":
         """Duplicate with new info hints (MPI_Comm_dup_with_info)."""
+        _info_arg(info, "Comm.Dup_with_info", none_ok=False)
         return self.Dup(info)
 
     def _allgather_ints(self, values: tuple, call: str) -> list:
@@ -1073,7 +1096,7 @@ class Intracomm(Comm):
         try:
             call = "Comm.Split"
             self._check(call)
-            color, key = int(color), int(key)
+            color, key = _int_arg(color, call, "color"), _int_arg(key, call, "key")
             if color < 0 and color != UNDEFINED:
                 raise error(ERR_ARG, f"{call}: color must be non-negative or UNDEFINED ({color})")
             eng = _rt.ENGINE
@@ -1219,6 +1242,24 @@ class Intracomm(Comm):
         """Create an intercommunicator (MPI_Intercomm_create)."""
         raise NotImplementedError("Intracomm.Create_intercomm: intercommunicators are not supported yet")
 
+
+
+def _int_arg(v, call: str, what: str) -> int:
+    """An integer argument: ints and index-able objects; floats truncate, as mpi4py's C ints do."""
+    if type(v) is int:
+        return v
+    if isinstance(v, float):
+        return int(v)
+    try:
+        return v.__index__()
+    except AttributeError:
+        raise TypeError(f"{call}: {what} must be an integer ({type(v).__name__})") from None
+
+
+def _info_arg(info, call: str, none_ok: bool = True) -> None:
+    if (info is None and none_ok) or isinstance(info, Info):
+        return
+    raise TypeError(f"{call}: info must be an Info{' or None' if none_ok else ''} ({type(info).__name__})")
 
 
 def eng_next_ctx(eng) -> int:

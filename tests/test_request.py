@@ -87,3 +87,38 @@ def _startall_is_all_or_nothing():
 def test_startall_checks_every_request_before_starting_any(n):
     """Startall([req, None]) started req, then raised AttributeError."""
     assert run_ranks(_startall_is_all_or_nothing, n, timeout=60) == [True] * n
+
+
+def _pready_checks_every_partition_first():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    a = np.arange(8.0) + r
+    b = np.zeros(8)
+    ps = c.Psend_init(a, 4, (r + 1) % n, 3)
+    pr = c.Precv_init(b, 4, (r - 1) % n, 3)
+    MPI.Prequest.Startall([pr, ps])
+    for f, exc, text in ((lambda: ps.Pready_list([0, 9]), MPI.Exception, "out of range (9"),
+                         (lambda: ps.Pready_list([1, 1]), MPI.Exception, "already marked ready (1)"),
+                         (lambda: ps.Pready_range(2, 1), MPI.Exception, "empty range"),
+                         (lambda: ps.Pready_range(3, 4), MPI.Exception, "out of range (4"),
+                         (lambda: ps.Pready("0"), TypeError, "partition must be an integer (str)"),
+                         (lambda: ps.Pready_list(5), TypeError, "expected a sequence of partitions (int)")):
+        with pytest.raises(exc) as info:
+            f()
+        assert text in str(info.value), info.value
+    assert not any(ps._ready)  # nothing left with a refused call
+    c.Barrier()
+    assert not pr.Parrived(0) and not pr.Parrived(1)
+    ps.Pready_range(0, 3)
+    MPI.Request.Waitall([ps, pr])
+    assert (b == np.arange(8.0) + (r - 1) % n).all()
+    return True
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_pready_checks_every_partition_before_sending_any(n):
+    """Pready_list([0, 9]) sent partition 0 and then raised; Pready_range(2, 1) did nothing
+    silently (MPICH: an error)."""
+    assert run_ranks(_pready_checks_every_partition_first, n, timeout=60) == [True] * n
