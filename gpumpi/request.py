@@ -48,9 +48,9 @@ def _requests(requests, call: str, cls=None) -> list:
     return reqs
 
 
-def _check_statuses(statuses, n: int, call: str) -> None:
-    """``statuses``: None, or a list (grown to ``n`` as needed) or a sequence of at least ``n``,
-    whose entries are Status objects."""
+def _check_statuses(statuses, call: str) -> None:
+    """``statuses``: None, or a sequence of Status objects (a list is grown as needed; entries
+    past the end of another sequence are not filled)."""
     if statuses is None:
         return
     try:
@@ -58,9 +58,6 @@ def _check_statuses(statuses, n: int, call: str) -> None:
     except TypeError:
         raise TypeError(f"{call}: statuses must be a list of Status objects or None "
                         f"({type(statuses).__name__})") from None
-    if len(entries) < n and not isinstance(statuses, list):
-        raise TypeError(f"{call}: statuses must be a list (it is grown to {n} entries) or hold at least {n} "
-                        f"({type(statuses).__name__} of {len(entries)})")
     for i, st in enumerate(entries):
         if not isinstance(st, Status):
             raise TypeError(f"{call}: statuses must hold Status objects (item {i} is {type(st).__name__})")
@@ -293,7 +290,7 @@ class Request(Handle):
     def Waitall(cls, requests, statuses=None) -> bool:
         """Wait for all requests (MPI_Waitall)."""
         reqs = _requests(requests, "Request.Waitall")
-        _check_statuses(statuses, len(reqs), "Request.Waitall")
+        _check_statuses(statuses, "Request.Waitall")
         xs = [r._active() for r in reqs]
         eng = _engine()
         pend = [x for x in xs if x is not None and not x.done]
@@ -306,7 +303,7 @@ class Request(Handle):
     def Testall(cls, requests, statuses=None) -> bool:
         """Test whether all requests completed (MPI_Testall); completes them all if so."""
         reqs = _requests(requests, "Request.Testall")
-        _check_statuses(statuses, len(reqs), "Request.Testall")
+        _check_statuses(statuses, "Request.Testall")
         eng = _engine()
         with eng.lock:
             eng.progress()
@@ -319,7 +316,7 @@ class Request(Handle):
     def Get_status_all(cls, requests, statuses=None) -> bool:
         """Whether all requests completed, without freeing (MPI_Request_get_status_all)."""
         reqs = _requests(requests, "Request.Get_status_all")
-        _check_statuses(statuses, len(reqs), "Request.Get_status_all")
+        _check_statuses(statuses, "Request.Get_status_all")
         eng = _engine()
         with eng.lock:
             eng.progress()
@@ -339,7 +336,7 @@ class Request(Handle):
     def Waitsome(cls, requests, statuses=None):
         """Wait for some requests (MPI_Waitsome); None if none active."""
         reqs = _requests(requests, "Request.Waitsome")
-        _check_statuses(statuses, 0, "Request.Waitsome")
+        _check_statuses(statuses, "Request.Waitsome")
         act = [r._active() for r in reqs]
         live = [x for x in act if x is not None]
         if not live:
@@ -354,7 +351,7 @@ class Request(Handle):
     def Testsome(cls, requests, statuses=None):
         """Test for some completed requests (MPI_Testsome); None if none active."""
         reqs = _requests(requests, "Request.Testsome")
-        _check_statuses(statuses, 0, "Request.Testsome")
+        _check_statuses(statuses, "Request.Testsome")
         act = [r._active() for r in reqs]
         if all(x is None for x in act):
             return None
@@ -369,7 +366,7 @@ class Request(Handle):
     def Get_status_some(cls, requests, statuses=None):
         """Indices of completed requests, without freeing (MPI_Request_get_status_some)."""
         reqs = _requests(requests, "Request.Get_status_some")
-        _check_statuses(statuses, 0, "Request.Get_status_some")
+        _check_statuses(statuses, "Request.Get_status_some")
         act = [r._active() for r in reqs]
         if all(x is None for x in act):
             return None

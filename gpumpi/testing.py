@@ -300,6 +300,9 @@ def _message(outcome: Outcome, reports: list[RankReport], n: int, timeout: float
         first = reports[outcome.failed_rank] if outcome.failed_rank is not None else None
         if first is not None and first.outcome == "error":
             head += f" [rank {first.rank}: {first.error.strip().splitlines()[-1]}]"
+        silent = ", ".join(str(rep.rank) for rep in reports if rep.outcome == "no result" and rep.status == 0)
+        if silent:  # an improper exit (without MPI_Finalize) is also one without a result
+            head += f"; rank(s) {silent} exited with status 0 without returning a result"
     else:
         missing = ", ".join(str(rep.rank) for rep in reports if rep.outcome not in ("ok", "skip"))
         head = f"run_ranks: rank(s) {missing} exited with status 0 without returning a result"

@@ -111,6 +111,7 @@ def _pready_checks_every_partition_first():
     assert not any(ps._ready)  # nothing left with a refused call
     c.Barrier()
     assert not pr.Parrived(0) and not pr.Parrived(1)
+    c.Barrier()
     ps.Pready_range(0, 3)
     MPI.Request.Waitall([ps, pr])
     assert (b == np.arange(8.0) + (r - 1) % n).all()

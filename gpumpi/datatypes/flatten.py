@@ -698,9 +698,12 @@ def sig_name(code: int) -> str:
 
         for pname in PREDEFINED_NAMES:
             try:
-                sigcode(lookup_name(pname))
+                dt = lookup_name(pname)
+                c = sigcode(dt)
             except Exception:  # names without a type on this platform
-                pass
+                continue
+            if c and c not in _SIG_NAMES:  # a code cached before: record its name here too
+                _SIG_NAMES[c] = signature(dt)[0][0]._str
         name = _SIG_NAMES.get(code)
     return name or f"code {code}"
 
