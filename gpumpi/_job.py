@@ -41,7 +41,8 @@ cause                                      exit status
 every rank exited 0                        0
 a rank failed and an abort code is set     the abort code
 a rank failed (the first one seen)         its status: ``sys.exit(7)`` gives 7,
-                                           death by signal N gives 128 + N
+                                           death by signal N gives 128 + N;
+                                           an improper exit (below) gives 1
 ``--timeout`` expired                      124 (stacks dumped first)
 SIGINT / SIGTERM / SIGHUP to the launcher  130 / 143 / 129 (forwarded to the ranks)
 bad command line                           2
@@ -49,7 +50,15 @@ the program cannot be started              127 (not found) / 126 (any other reas
 the job segment cannot be created          1
 =========================================  ======================================
 
-A rank exiting 0 is not a failure: the others keep running.  A second
+A rank exiting 0 is not a failure (the others keep running) when it exits properly,
+as under Open MPI's ``mpirun``: it called ``MPI_Finalize`` (its state word in the job
+segment says FINALIZED; importing ``gpumpi.MPI`` finalizes at a normal interpreter exit),
+or no rank of the job has initialised MPI (a program that does not use gpumpi).  Else
+the exit is *improper* and fails the job like a non-zero status, with a message that
+names the rank: it initialised but exited without ``MPI_Finalize`` (``os._exit(0)``), or
+it never initialised while other ranks did (they would wait on it forever).  A rank
+that exits 0 uninitialised before any rank has initialised is held pending: the job
+fails as soon as another rank initialises.  A second
 SIGINT/SIGTERM during a teardown skips straight to SIGKILL.  SIGUSR1 and SIGUSR2
 sent to the launcher are forwarded to every rank and change nothing else.  Ranks
 stay in the launcher's process group (so a rank may read the terminal), which
@@ -83,7 +92,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from . import _config
-from .ipc.jobseg import JobSegment
+from .ipc.jobseg import FINALIZED, RUNNING, JobSegment
 
 __all__ = ["Job", "Outcome", "RankState", "EXIT_TIMEOUT", "EXIT_USAGE", "DEFAULT_GRACE"]
 
@@ -293,6 +302,7 @@ class Job:
         self._phase = "run"
         self._phase_end: float | None = None
         self._dump_settling = False
+        self._no_init: list[RankState] = []  # exited 0 uninitialised while no rank had initialised
         cfg = _config.get() if ring_size is None or stage is None else None
         stage_slot, stage_slots = (cfg.stage_chunk, cfg.stage_slots) if stage is None else stage
         self.seg = JobSegment.create(nranks, cfg.ring_size if ring_size is None else ring_size, stage_slot,
@@ -485,8 +495,11 @@ class Job:
 
     def _rank_ended(self, st: RankState) -> None:
         abort = self.seg.abort_code()
+        why = ""
         if st.status == 0 and abort is None:
-            return
+            why = self._improper(st)
+            if not why:
+                return
         self.seg.mark_failed(st.rank, st.status)
         if self._cause is not None:
             return
@@ -497,8 +510,42 @@ class Job:
             self._begin(
                 "aborted", abort, f"{self.name}: job aborted with code {abort} (rank {st.rank} {st.describe()}){tail}"
             )
+        elif why:
+            self._begin("failed", 1, f"{self.name}: rank {st.rank} {st.describe()} {why}{tail}")
         else:
             self._begin("failed", st.status, f"{self.name}: rank {st.rank} {st.describe()}{tail}")
+
+    def _improper(self, st: RankState) -> str:
+        """Why rank ``st``'s exit with status 0 is improper ("": it is not, or not yet known)."""
+        state = self.seg.state(st.rank)
+        if state >= FINALIZED:
+            return ""
+        if state >= RUNNING:
+            return "without calling MPI_Finalize (it had initialised MPI; every rank that initialises must finalize)"
+        inited = [r for r in range(self.nranks) if r != st.rank and self.seg.state(r) >= RUNNING]
+        if not inited:
+            self._no_init.append(st)  # fails the job if another rank initialises later
+            return ""
+        return self._no_init_reason(inited)
+
+    @staticmethod
+    def _no_init_reason(inited: list[int]) -> str:
+        names = ", ".join(map(str, inited))
+        return (f"without calling MPI_Init while rank(s) {names} did (if one rank initialises MPI, "
+                f"every rank must, and must finalize)")
+
+    def _check_no_init(self) -> None:
+        """A rank exited 0 uninitialised while no rank had initialised: fail it once one has."""
+        inited = [r for r in range(self.nranks) if self.seg.state(r) >= RUNNING]
+        if not inited:
+            return
+        st = self._no_init.pop(0)
+        self._no_init.clear()
+        self.seg.mark_failed(st.rank, 0)
+        others = len(self._live())
+        tail = f"; terminating {others} other rank(s)" if others else ""
+        self._failed_rank = st.rank
+        self._begin("failed", 1, f"{self.name}: rank {st.rank} {st.describe()} {self._no_init_reason(inited)}{tail}")
 
     def _begin(self, cause: str, code: int, reason: str) -> None:
         """Record the teardown's cause (once) and start the grace phase."""
@@ -598,6 +645,8 @@ class Job:
         while True:
             now = time.monotonic()
             live = self._live()
+            if self._no_init and self._cause is None:
+                self._check_no_init()
             if not live or self._phase == "gave up":
                 if not self._watched:
                     break
@@ -622,7 +671,7 @@ class Job:
             if self._phase == "run" and deadline is not None:
                 until.append(deadline)
             wait_s = max(0.0, min(until) - now) if until else None
-            if self._phase == "dump" or any(st.pidfd < 0 for st in live):
+            if self._phase == "dump" or any(st.pidfd < 0 for st in live) or (self._no_init and live):
                 wait_s = _TICK if wait_s is None else min(wait_s, _TICK)
             poller = select.poll()
             poller.register(self._wake_r, select.POLLIN)

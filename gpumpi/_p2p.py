@@ -38,14 +38,18 @@ from ._progress import GREQ, Xfer
 from .constants import ANY_TAG, BSEND_OVERHEAD, BUFFER_AUTOMATIC, PROC_NULL
 from .datatypes import plan as _plan
 from .datatypes.flatten import sigcode as _sigcode
-from .errors import ERR_BUFFER, error
+from .errors import ERR_BUFFER, ERR_TYPE, error
 from .request import Request, after
 
 STANDARD, SYNCHRONOUS, READY, BUFFERED = _P.STANDARD, _P.SYNCHRONOUS, _P.READY, _P.BUFFERED
 
 
 def _msg(spec, readonly: bool, rank: int, call: str):
-    return message_simple(spec, readonly, rank, 1, call)
+    m = message_simple(spec, readonly, rank, 1, call)
+    if m is not None and not m.datatype._rec.committed:  # MPI: a type must be committed to communicate
+        dt = m.datatype
+        raise error(ERR_TYPE, f"{call}: datatype has not been committed ({dt._rec.name or repr(dt)})")
+    return m
 
 
 def _host_mem(m, call: str):
@@ -86,14 +90,14 @@ def _order_event(ad, m, stream):
     return e
 
 
-def _device_send(eng, m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stream):
+def _device_send(eng, m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stream, sig: int):
     """Post a large contiguous device send: a rendezvous the engine carries out device to device
     where a transport offers the memory, else through the staging pipeline (``Engine.isend_device``),
     every copy ordered after the producer's stream (none with ``GPUMPI_STREAM_MODE=none``)."""
     ad = _adapter_of(m)
     ad.check_stream(stream)
     ps = None if eng.stream_mode == "none" else _producer_stream(ad, m, stream)
-    return eng.isend_device(ad, m.addr + m.lo, ps, m.nbytes, wpeer, me, tag, ctx, mode, call, _sig(m.datatype))
+    return eng.isend_device(ad, m.addr + m.lo, ps, m.nbytes, wpeer, me, tag, ctx, mode, call, sig)
 
 
 def _staged_span(m, ev):
@@ -441,19 +445,23 @@ def Flush_buffer() -> None:
 # --- posting ------------------------------------------------------------------------------
 
 
-def isend(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stream=None, bpool=None):
+def isend(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stream=None, bpool=None,
+          sig: int | None = None):
     """Post a send of parsed message ``m`` to world rank ``wpeer`` on context ``ctx`` (``me``: the
-    sender's rank in its communicator; ``bpool``: the communicator's attached-buffer holder).
-    Returns the operation: an Xfer, or the shared completed ``SENT``."""
+    sender's rank in its communicator; ``bpool``: the communicator's attached-buffer holder;
+    ``sig``: the signature code to carry instead of the datatype's, for a rank forwarding a
+    message it received).  Returns the operation: an Xfer, or the shared completed ``SENT``."""
+    if sig is None:
+        sig = _sig(m.datatype)
     if _on_device(m):
-        x = _send_device(m, wpeer, me, tag, ctx, mode, call, stream, bpool)
+        x = _send_device(m, wpeer, me, tag, ctx, mode, call, stream, bpool, sig)
         if type(m.obj) is DLPackOwner:  # device copies name the address only: the tensor stays
             after(x, lambda o=m.obj: None)  # the consumer's (deleter not run) until they are done
         return x
-    return send_out(_out(m, call, stream), wpeer, me, tag, ctx, mode, call, _sig(m.datatype), bpool)
+    return send_out(_out(m, call, stream), wpeer, me, tag, ctx, mode, call, sig, bpool)
 
 
-def _send_device(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stream, bpool):
+def _send_device(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stream, bpool, sig: int):
     """Post a send of device memory: packed on the device when non-contiguous (where the kernels
     run), then device to device when large (``_device_send``), else through host staging."""
     release = None
@@ -463,14 +471,14 @@ def _send_device(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: st
             m, stream, release = packed
     eng = _rt.ENGINE
     if m.contiguous and mode != BUFFERED and m.nbytes > eng.eager_limit:
-        x = _device_send(eng, m, wpeer, me, tag, ctx, mode, call, stream)
+        x = _device_send(eng, m, wpeer, me, tag, ctx, mode, call, stream, sig)
         if release is not None:
             after(x, release)
         return x
     out = _out(m, call, stream)
     if release is not None:
         release()  # _out copied the packed bytes to the host
-    return send_out(out, wpeer, me, tag, ctx, mode, call, _sig(m.datatype), bpool)
+    return send_out(out, wpeer, me, tag, ctx, mode, call, sig, bpool)
 
 
 def send_out(out, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, sig: int, bpool=None):
@@ -506,11 +514,13 @@ def bsend(mem, wpeer: int, me: int, tag: int, ctx: int, call: str, sig: int = 0,
     return done
 
 
-def irecv(m, source: int, wpeer: int, tag: int, ctx: int, call: str, stream=None):
+def irecv(m, source: int, wpeer: int, tag: int, ctx: int, call: str, stream=None, sig: int | None = None):
     """Post a receive into parsed message ``m`` from ``source`` (communicator rank or ANY_SOURCE;
-    ``wpeer`` its world rank) on context ``ctx``."""
+    ``wpeer`` its world rank) on context ``ctx``; ``sig`` overrides the signature code the
+    engine checks (0: accept any; the caller compares the message's, ``x.msig``)."""
     mem, addr, post, dev = _in(m, call, stream)
-    x = _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr, _sig(m.datatype), post, dev)
+    x = _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr,
+                         _sig(m.datatype) if sig is None else sig, post, dev)
     if dev is not None and type(m.obj) is DLPackOwner:  # see isend
         after(x, lambda o=m.obj: None)
     return x

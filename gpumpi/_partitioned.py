@@ -22,8 +22,17 @@ STANDARD = _p2p.STANDARD
 _PART_IDX = struct.Struct("<Q")
 
 
+def _index(v, call: str, what: str) -> int:
+    if type(v) is int:
+        return v
+    try:
+        return v.__index__()
+    except AttributeError:
+        raise TypeError(f"{call}: {what} must be an integer ({type(v).__name__})") from None
+
+
 def partitions_of(partitions, call: str) -> int:
-    p = int(partitions)
+    p = _index(partitions, call, "partitions")
     if p < 1:
         raise error(ERR_COUNT, f"{call}: partitions must be at least 1 ({p})")
     return p
@@ -91,11 +100,20 @@ class PartRequest(Prequest):
 
     def Pready_range(self, partition_low: int, partition_high: int) -> None:
         """Mark partitions low..high (inclusive) ready (MPI_Pready_range)."""
-        self._pready(range(int(partition_low), int(partition_high) + 1), "Prequest.Pready_range")
+        call = "Prequest.Pready_range"
+        low, high = _index(partition_low, call, "partition_low"), _index(partition_high, call, "partition_high")
+        if low > high:
+            raise error(ERR_ARG, f"{call}: empty range (partition_low {low} > partition_high {high})")
+        self._pready(range(low, high + 1), call)
 
     def Pready_list(self, partitions) -> None:
         """Mark the listed partitions ready (MPI_Pready_list)."""
-        self._pready(list(partitions), "Prequest.Pready_list")
+        call = "Prequest.Pready_list"
+        try:
+            parts = list(partitions)
+        except TypeError:
+            raise TypeError(f"{call}: expected a sequence of partitions ({type(partitions).__name__})") from None
+        self._pready(parts, call)
 
     def _pready(self, parts, call: str) -> None:
         if not self._send:
@@ -106,12 +124,15 @@ class PartRequest(Prequest):
         comm = self._comm
         eng = _rt.ENGINE
         ps = self._psize
-        for p in parts:
-            p = int(p)
+        parts = [_index(p, call, "partition") for p in parts]
+        seen = set()
+        for p in parts:  # every partition is checked before any leaves
             if not 0 <= p < self._nparts:
                 raise error(ERR_ARG, f"{call}: partition out of range ({p}, partitions {self._nparts})")
-            if self._ready[p]:
+            if self._ready[p] or p in seen:
                 raise error(ERR_ARG, f"{call}: partition already marked ready ({p})")
+            seen.add(p)
+        for p in parts:
             self._ready[p] = True
             bufs = [memoryview(_PART_IDX.pack(p)), self._mem[p * ps : (p + 1) * ps]]
             x = eng.isend(bufs, 8 + ps, comm._w[self._peer], comm._rank, self._ptag, comm._ctx + 2, STANDARD, call)
@@ -126,7 +147,7 @@ class PartRequest(Prequest):
         call = "Prequest.Parrived"
         if self._send:
             raise error(ERR_REQUEST, f"{call}: not a partitioned receive request")
-        p = int(partition)
+        p = _index(partition, call, "partition")
         if not 0 <= p < self._nparts:
             raise error(ERR_ARG, f"{call}: partition out of range ({p}, partitions {self._nparts})")
         if self._mem is None:

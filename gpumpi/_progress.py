@@ -24,7 +24,20 @@ waits take it for one progress pass at a time and back off outside it.
 Failure: the launcher marks a dead rank in the job segment and bumps the epoch;
 ``progress()`` reads the epoch every pass, and operations that involve a dead
 peer fail with ``ERR_PROC_FAILED`` (wildcard receives with
-``ERR_PROC_FAILED_PENDING``) instead of hanging.
+``ERR_PROC_FAILED_PENDING``) instead of hanging.  A region transport that finds a
+peer's process gone while taking its data (:class:`~gpumpi.ipc.base.PeerGone`)
+makes the engine treat that peer the same way, at once.
+
+Finalize (:meth:`Engine.finalize_step`): MPI_Finalize returns only when this rank's
+part in every communication is done -- sends whose request was freed and buffered
+sends included -- so the data a peer will still read outlives the process.  Each
+rank publishes how far it got in the job segment (``jobseg`` state word:
+FINALIZING, then QUIESCENT once no receive of its own is posted or in progress,
+then FINALIZED).  A send is given up only when its receiver can never take it: the
+receiver failed or left Finalize, or it is QUIESCENT and the send is still
+unmatched.  The peer's state is read *before* the rings are drained, and a rank
+publishes QUIESCENT only with nothing left to write, so a reply it wrote before
+is always seen first.
 """
 
 from __future__ import annotations
@@ -45,7 +58,8 @@ from .errors import (
     ERR_TYPE,
     SUCCESS,
 )
-from .ipc.base import DEVICE, HOST, WRITE, address_of, pick
+from .ipc.base import DEVICE, HOST, WRITE, PeerGone, address_of, pick
+from .ipc.jobseg import FINALIZED, FINALIZING, QUIESCENT
 
 _sched_yield = os.sched_yield
 _sleep = time.sleep
@@ -65,6 +79,7 @@ class Xfer:
         "on_done", "dynamic", "result", "push_iter", "push_next", "arrival", "wpeer", "call", "segs", "sig", "dev", "ondev",
         "region",  # rendezvous: the region transport that offered (sender) or takes (receiver) the data
         "cancel_fn",  # joint operations only (left unset elsewhere): what MPI_Cancel does to them
+        "msig",  # receive: the signature code of the message it matched (0: untyped)
     )
 
     def __init__(self, kind: int) -> None:
@@ -84,7 +99,7 @@ class Xfer:
         self.arrival = None
         self.push_iter = None
         self.push_next = None
-        self.sig = 0
+        self.sig = self.msig = 0
         # device messages: (adapter, address, event or None): a receive's destination and the
         # event its writes wait for (the consumer's pending work); a send's source and the event
         # its reads wait for (the producer's work)
@@ -137,6 +152,7 @@ class Engine:
         self.failed: set = world.failed_ranks()
         self.launcher_pid = world.launcher_pid
         self.closed = False
+        self.fin_state = 0  # the state word this rank published (jobseg), once finalizing
         self.copy_streams: dict = {}  # adapter name -> gpumpi's copy stream (IPC copies, staging)
         self.stream_mode = cfg.stream_mode
         self._handlers = {
@@ -338,6 +354,7 @@ class Engine:
         x.st_source = src
         x.st_tag = tag
         x.st_nbytes = take
+        x.msig = sig
         if n > cap:
             x.err = ERR_TRUNCATE
             x.errmsg = f"{x.call}: message truncated ({n} bytes, buffer {cap})"
@@ -370,16 +387,30 @@ class Engine:
             x.state = P.step(P.RECV, x.state, plan)
             x.got, x.nbytes, x.segs, x.region = head, take, offer, region
             self.pulls[(peer, msgid)] = x
-            if not region.take(peer, offer[1:], addr, head):
+            try:
+                ok = region.take(peer, offer[1:], addr, head)
+            except PeerGone:
+                del self.pulls[(peer, msgid)]
+                self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process exited before its message was read "
+                                               f"(rank {peer})")
+                self._peer_gone(peer)
+                return
+            if not ok:
                 x.err = ERR_OTHER
                 x.errmsg = f"{x.call}: {region.name} read from rank {peer} failed"
             return
         if plan == P.READ:
-            if region.memory == DEVICE:
-                ok = region.take(peer, offer[1:], (x.dev[0] if wants_device else None,
-                                                   self._dev_addr(x, take), lambda ad: self._recv_stream(x, ad)), take)
-            else:
-                ok = region.take(peer, offer[1:], self._host_addr(x, take), take)
+            try:
+                if region.memory == DEVICE:
+                    ok = region.take(peer, offer[1:], (x.dev[0] if wants_device else None, self._dev_addr(x, take),
+                                                       lambda ad: self._recv_stream(x, ad)), take)
+                else:
+                    ok = region.take(peer, offer[1:], self._host_addr(x, take), take)
+            except PeerGone:
+                self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process exited before its message was read "
+                                               f"(rank {peer})")
+                self._peer_gone(peer)
+                return
             if ok:
                 x.ondev = wants_device and region.memory == DEVICE
                 self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
@@ -475,7 +506,14 @@ class Engine:
         flags, ctx, msgid = hdr[2], hdr[4], hdr[7]
         x = self.pulls.pop((peer, msgid))
         if flags & P.FLAG_FAILED and not x.err:  # read the tail ourselves
-            if not x.region.take(peer, x.segs[1:], x.addr + x.got, x.nbytes - x.got, x.got):
+            try:
+                ok = x.region.take(peer, x.segs[1:], x.addr + x.got, x.nbytes - x.got, x.got)
+            except PeerGone:
+                self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process exited before its message was read "
+                                               f"(rank {peer})")
+                self._peer_gone(peer)
+                return
+            if not ok:
                 x.err = ERR_OTHER
                 x.errmsg = f"{x.call}: {x.region.name} read from rank {peer} failed"
         self.tr.send(peer, P.ACK, 0, 0, ctx, 0, 0, msgid)
@@ -661,8 +699,16 @@ class Engine:
         seg = self.seg
         self.epoch = seg.q[3]
         new = set(seg.failed_ranks()) - self.failed
-        if not new:
-            return
+        if new:
+            self._fail_peers(new)
+
+    def _peer_gone(self, peer: int) -> None:
+        """A transport found ``peer``'s process gone (it exited or died, whatever the launcher
+        has recorded yet): every operation with it fails now, as if it had failed."""
+        if peer != self.rank and peer not in self.failed:
+            self._fail_peers({peer})
+
+    def _fail_peers(self, new: set) -> None:
         self.failed |= new
         for m, x in list(self.sends.items()):
             if x.peer in new:
@@ -691,6 +737,54 @@ class Engine:
                        f"{x.call}: a process that may send this message failed (ranks {sorted(self.failed)})")
         else:
             self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.wpeer})")
+
+    # --- finalize -------------------------------------------------------------------------
+    def _publish(self, state: int) -> None:
+        if state > self.fin_state:
+            self.fin_state = state
+            if self.seg is not None:
+                self.seg.set_state(self.rank, state)
+
+    def finalize_step(self) -> bool:
+        """One pass of MPI_Finalize's wait (under the lock); True once this rank's part in every
+        communication is done (see the module docstring).
+
+        Sends given up (their receiver can never take them) complete with an error nobody
+        will read; frames for ranks that read nothing any more are dropped.
+        """
+        self._publish(FINALIZING)
+        seg = self.seg
+        # the peers' states first, then drain the rings: what a peer wrote before it
+        # published its state is read in this pass
+        states = seg.states() if seg is not None else [self.fin_state]
+        while self.progress():
+            pass
+        failed = self.failed
+        for p, st in enumerate(states):
+            if (st >= FINALIZED or p in failed) and p != self.rank:
+                for x in self.tr.drop(p):  # it reads nothing any more
+                    self._fail(x, ERR_OTHER, f"{x.call}: rank {p} ended without receiving this message")
+        for m, x in list(self.sends.items()):
+            p = x.peer
+            if p in failed or states[p] >= QUIESCENT:  # QUIESCENT: it will never match this send
+                del self.sends[m]
+                self._fail(x, ERR_OTHER, f"{x.call}: rank {p} finalized without receiving this message")
+        for x in list(self.pushing):
+            if x.peer in failed or states[x.peer] >= FINALIZED:
+                self.pushing.remove(x)
+                self._fail(x, ERR_OTHER, f"{x.call}: rank {x.peer} finalized before receiving this message")
+        for key, x in list(self.pulls.items()):
+            if states[key[0]] >= FINALIZED:
+                del self.pulls[key]
+                self._fail(x, ERR_OTHER, f"{x.call}: rank {key[0]} finalized before its message arrived")
+        idle = self.tr.idle()
+        if idle and not self.pulls and next(self.matcher.posted_items(), None) is None:
+            self._publish(QUIESCENT)
+        return idle and not self.sends and not self.pushing and not self.pulls
+
+    def finalized(self) -> None:
+        """Tell the peers this rank left Finalize: it reads nothing any more."""
+        self._publish(FINALIZED)
 
     def close(self) -> None:
         self.closed = True

@@ -10,8 +10,15 @@ also installs a ``sys.excepthook`` that prints an uncaught exception once,
 prefixed with the rank, and registers ``faulthandler`` on SIGUSR1 so the launcher
 can ask a stuck rank for its stack.
 
-``finalize()`` drains this rank's outgoing backlog (frames still waiting for ring
-space) so nothing it sent is lost when the process exits, then closes the engine.
+``finalize()`` (MPI_Finalize, and at exit for a rank that initialised) returns only
+when this rank's part in every communication is done: every send has been received
+-- sends whose request was freed and buffered sends included -- every receive in
+progress has its data, and no frame waits for ring space, so nothing a peer will
+still read is lost when the process exits (:meth:`Engine.finalize_step`).  A send
+is given up only when its receiver can never take it: the receiver failed, or it
+finalized without matching it.  Then the rank records in the job segment that it
+finalized (the launcher tells that exit from an exit without ``Finalize``) and
+closes the engine.
 ``abort(code)`` records the code in the job segment and ends the process at once;
 the launcher then ends every other rank and exits with ``code``.
 """
@@ -24,7 +31,6 @@ import os
 import signal
 import sys
 import threading
-import time
 
 from . import _config
 from .constants import THREAD_MULTIPLE
@@ -95,27 +101,28 @@ def is_main_thread() -> bool:
     return threading.get_ident() == _state["main"]
 
 
-def finalize(timeout: float = 30.0) -> None:
-    """Drain outgoing frames and close the engine (MPI_Finalize); idempotent."""
-    global ENGINE
+def finalize() -> None:
+    """Complete this rank's part in every communication, then stop (MPI_Finalize); idempotent.
+
+    Waits for every pending send (freed requests and buffered sends included) to be
+    received, unless its receiver failed or finalized without matching it; a failed
+    peer never makes it hang (the launcher records failures in the job segment).
+    """
     with _lock:
         eng = ENGINE
         if eng is None or _state["finalized"]:
             return
         for fn in _finalize_hooks:
             fn(eng)
-        deadline = time.monotonic() + timeout
         spins = 0
         while True:
             with eng.lock:
-                eng.progress()
-                for p in eng.failed:  # frames for the dead are never written
-                    eng.tr.drop(p)
-                done = not eng.pushing and eng.tr.idle()
-            if done or time.monotonic() > deadline:
+                done = eng.finalize_step()
+            if done:
                 break
             spins += 1
             eng.backoff(spins + 50)
+        eng.finalized()
         _state["finalized"] = True
         _state["initialized"] = False
 

@@ -50,6 +50,7 @@ from .constants import (
     UNIVERSE_SIZE,
     WTIME_IS_GLOBAL,
 )
+from .datatypes.flatten import sig_name as _sig_name
 from .datatypes.flatten import sigcode as _sigcode
 from .errors import (
     ERR_ARG,
@@ -60,6 +61,7 @@ from .errors import (
     ERR_ROOT,
     ERR_TAG,
     ERR_TRUNCATE,
+    ERR_TYPE,
     ERRORS_RETURN,
     Errhandler,
     error,
@@ -68,8 +70,9 @@ from .errors import (
 from .errors import Exception as MPIException
 from ._handles import Handle, Table
 from .group import Group
+from .info import Info
 from .message import Message
-from .request import Prequest, Request, done_xfer, joint, part_done
+from .request import Prequest, Request, check_status, done_xfer, joint, part_done
 from .status import Status
 from numpy import ndarray as _ndarray
 
@@ -338,10 +341,30 @@ class Comm(Handle):
             raise error(ERR_COMM, f"Comm.Free: cannot free a predefined communicator ({self._name})")
         eng = _rt.ENGINE
         _commctx.forget(self._ctx)  # its lock table and private duplicate (mpi4py's attributes)
-        for c in (self._ctx, self._ctx + 1, self._ctx + 2, self._ctx + 3):
-            eng.matcher.drop_context(c)
+        with eng.lock:
+            for c in (self._ctx, self._ctx + 1, self._ctx + 2, self._ctx + 3):
+                # pending operations complete normally (MPI_Comm_free): a context with a
+                # receive still posted keeps its queues (context ids are never reused)
+                if eng.matcher.pending(c)[0] == 0:
+                    eng.matcher.drop_context(c)
         Comm._htable.live.pop(self._hval(), None)
         self._set_null()
+
+    def Dup(self, info=None) -> "Comm":
+        """Duplicate the communicator (MPI_Comm_dup); intracommunicators only so far."""
+        try:
+            self._check("Comm.Dup")
+        except MPIException as e:
+            self._raise(e)
+        raise NotImplementedError(f"Comm.Dup: not supported for {type(self).__name__} yet")
+
+    def Split(self, color: int = 0, key: int = 0) -> "Comm":
+        """Split into disjoint communicators (MPI_Comm_split); intracommunicators only so far."""
+        try:
+            self._check("Comm.Split")
+        except MPIException as e:
+            self._raise(e)
+        raise NotImplementedError(f"Comm.Split: not supported for {type(self).__name__} yet")
 
     # --- point-to-point: posting ----------------------------------------------------------
     def _send_args(self, buf, dest, tag, call: str, stream=None):
@@ -473,6 +496,8 @@ class Comm(Handle):
     def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None, *,
              stream=None) -> None:
         """Blocking receive (MPI_Recv)."""
+        if status is not None:
+            check_status(status, "Recv")
         try:
             # fast path: into a NumPy array from a valid rank (or ANY_SOURCE) with a valid tag
             if type(buf) is _ndarray and type(source) is int and type(tag) is int and self._ctx >= 0 and \
@@ -609,6 +634,7 @@ class Comm(Handle):
 
     def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
         """Wait for a matching message without receiving it (MPI_Probe)."""
+        check_status(status, "Probe")
         try:
             if source == PROC_NULL:
                 if status is not None:
@@ -662,6 +688,7 @@ class Comm(Handle):
 
     def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
         """Check for a matching message (MPI_Iprobe)."""
+        check_status(status, "Iprobe")
         try:
             if source == PROC_NULL:
                 if status is not None:
@@ -678,6 +705,7 @@ class Comm(Handle):
 
     def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> "Message":
         """Matched probe: take the message off the queue (MPI_Mprobe)."""
+        check_status(status, "Mprobe")
         try:
             if source == PROC_NULL:
                 if status is not None:
@@ -692,6 +720,7 @@ class Comm(Handle):
 
     def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
         """Nonblocking matched probe (MPI_Improbe); None when nothing matches."""
+        check_status(status, "Improbe")
         try:
             if source == PROC_NULL:
                 if status is not None:
@@ -1016,6 +1045,7 @@ class Intracomm(Comm):
         """Duplicate the communicator (MPI_Comm_dup)."""
         try:
             self._check("Comm.Dup")
+            _info_arg(info, "Comm.Dup")
             ctx = self._agree_ctx("Comm.Dup")
             c = type(self).__new__(type(self))
             c._setup(ctx, self._rw, self._rw[self._rank])
@@ -1028,6 +1058,7 @@ class Intracomm(Comm):
 
     def Dup_with_info(self, info) -> "Intracomm":
         """Duplicate with new info hints (MPI_Comm_dup_with_info)."""
+        _info_arg(info, "Comm.Dup_with_info", none_ok=False)
         return self.Dup(info)
 
     def _allgather_ints(self, values: tuple, call: str) -> list:
@@ -1065,7 +1096,7 @@ class Intracomm(Comm):
         try:
             call = "Comm.Split"
             self._check(call)
-            color, key = int(color), int(key)
+            color, key = _int_arg(color, call, "color"), _int_arg(key, call, "key")
             if color < 0 and color != UNDEFINED:
                 raise error(ERR_ARG, f"{call}: color must be non-negative or UNDEFINED ({color})")
             eng = _rt.ENGINE
@@ -1134,23 +1165,44 @@ class Intracomm(Comm):
         """Broadcast a buffer from root, binomial tree (MPI_Bcast).
 
         Every step goes through the one buffer path: device buffers move device to device
-        (large messages by a transport's region offer; each rank forwards from its own buffer)."""
+        (large messages by a transport's region offer; each rank forwards from its own buffer).
+        A rank whose buffer does not match the root's (size, or type signature as
+        point-to-point checks it) raises ``ERR_TRUNCATE``/``ERR_COUNT``/``ERR_TYPE`` only after
+        it has forwarded what it received, carrying the root's signature: nobody waits on it,
+        and its subtree checks its own buffers against the root's type.
+        """
         try:
             call = "Bcast"
             self._check(call)
             root = self._root(root, call)
             m = _msg(buf, self._rank == root, 0, call)
             tag, ctx, me, w = self._ctag(), self._ctx + 1, self._rank, self._w
+            eng = _rt.ENGINE
+            fwd = [None]  # the root's signature code, forwarded as received
+            bad = []
 
             def recv(src):
-                x = _p2p.irecv(m, src, w[src], tag, ctx, call, stream)
-                self._cwait([x])
-                if x.st_nbytes != m.nbytes:
-                    raise error(ERR_COUNT if x.st_nbytes < m.nbytes else ERR_TRUNCATE,
-                                f"{call}: root sent {x.st_nbytes} bytes, this rank expects {m.nbytes}")
-                return x
+                x = _p2p.irecv(m, src, w[src], tag, ctx, call, stream, sig=0)
+                if not x.done:
+                    eng.wait(x)
+                if x.err and x.err != ERR_TRUNCATE:
+                    raise error(x.err, x.errmsg)
+                fwd[0] = x.msig
+                mine = _p2p._sig(m.datatype)
+                if x.err:
+                    bad.append(error(x.err, x.errmsg))
+                elif x.st_nbytes != m.nbytes:
+                    bad.append(error(ERR_COUNT if x.st_nbytes < m.nbytes else ERR_TRUNCATE,
+                                     f"{call}: root sent {x.st_nbytes} bytes, this rank expects {m.nbytes}"))
+                elif x.msig and mine and x.msig != mine and m.nbytes and eng.typecheck:
+                    bad.append(error(ERR_TYPE, f"{call}: type signature mismatch (root {root} sent {m.nbytes} bytes "
+                                               f"of {_sig_name(x.msig)}, this rank receives {_sig_name(mine)})"))
+                return done_xfer()
 
-            self._tree(root, recv, lambda dst: _p2p.isend(m, w[dst], me, tag, ctx, STANDARD, call, stream))
+            self._tree(root, recv,
+                       lambda dst: _p2p.isend(m, w[dst], me, tag, ctx, STANDARD, call, stream, sig=fwd[0]))
+            if bad:
+                raise bad[0]
         except MPIException as e:
             self._raise(e)
 
@@ -1190,6 +1242,24 @@ class Intracomm(Comm):
         """Create an intercommunicator (MPI_Intercomm_create)."""
         raise NotImplementedError("Intracomm.Create_intercomm: intercommunicators are not supported yet")
 
+
+
+def _int_arg(v, call: str, what: str) -> int:
+    """An integer argument: ints and index-able objects; floats truncate, as mpi4py's C ints do."""
+    if type(v) is int:
+        return v
+    if isinstance(v, float):
+        return int(v)
+    try:
+        return v.__index__()
+    except AttributeError:
+        raise TypeError(f"{call}: {what} must be an integer ({type(v).__name__})") from None
+
+
+def _info_arg(info, call: str, none_ok: bool = True) -> None:
+    if (info is None and none_ok) or isinstance(info, Info):
+        return
+    raise TypeError(f"{call}: info must be an Info{' or None' if none_ok else ''} ({type(info).__name__})")
 
 
 def eng_next_ctx(eng) -> int:

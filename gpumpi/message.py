@@ -20,7 +20,7 @@ from ._progress import RECV, Xfer
 from ._handles import Handle, Table
 from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from .errors import ERR_REQUEST, error
-from .request import Request, done_xfer
+from .request import Request, check_status, done_xfer
 from .status import Status
 
 
@@ -109,6 +109,10 @@ class Message(Handle):
         return None if m is None else m._as(cls)
 
     def _post(self, buf, call: str, stream=None):
+        # the buffer is checked before the message leaves the handle: bad input loses nothing
+        m = None
+        if buf is not None and not self._noproc and self._arr is not None:
+            m = _p2p._msg(buf, False, self._arr.src, call)
         t = self._take(call)
         if t is None:
             return None, None
@@ -123,7 +127,6 @@ class Message(Handle):
             x.dynamic = True
             x.mem, x.cap = None, 0
         else:
-            m = _p2p._msg(buf, False, a.src, call)
             mem, x.addr, x.on_done, x.dev = _p2p._in(m, call, stream)
             x.sig = _p2p._sig(m.datatype)
             x.dynamic = False
@@ -133,6 +136,7 @@ class Message(Handle):
 
     def Recv(self, buf, status: Status | None = None, *, stream=None) -> None:
         """Receive the matched message (MPI_Mrecv)."""
+        check_status(status, "Message.Recv")
         x, comm = self._post(buf, "Message.Recv", stream)
         if x is None:
             if status is not None:
@@ -148,7 +152,8 @@ class Message(Handle):
         return Request._of(x, comm, None, buf)
 
     def recv(self, status: Status | None = None):
-        """Receive the matched object message."""
+        """Receive the matched object message (MPI_Mrecv)."""
+        check_status(status, "Message.recv")
         x, comm = self._post(None, "Message.recv")
         if x is None:
             if status is not None:

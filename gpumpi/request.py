@@ -28,6 +28,41 @@ def _engine():
     return _rt.ENGINE
 
 
+def check_status(status, call: str) -> None:
+    """Raise TypeError unless ``status`` is a Status or None (checked before anything happens)."""
+    if status is not None and not isinstance(status, Status):
+        raise TypeError(f"{call}: status must be a Status or None ({type(status).__name__})")
+
+
+def _requests(requests, call: str, cls=None) -> list:
+    """The caller's requests as a list, every one a Request (``cls``: of that class), or TypeError."""
+    try:
+        reqs = list(requests)
+    except TypeError:
+        raise TypeError(f"{call}: expected a sequence of requests ({type(requests).__name__})") from None
+    want = cls or Request
+    for i, r in enumerate(reqs):
+        if not isinstance(r, want):
+            raise TypeError(f"{call}: expected a sequence of {want.__name__} objects "
+                            f"(item {i} is {type(r).__name__})")
+    return reqs
+
+
+def _check_statuses(statuses, call: str) -> None:
+    """``statuses``: None, or a sequence of Status objects (a list is grown as needed; entries
+    past the end of another sequence are not filled)."""
+    if statuses is None:
+        return
+    try:
+        entries = list(statuses)
+    except TypeError:
+        raise TypeError(f"{call}: statuses must be a list of Status objects or None "
+                        f"({type(statuses).__name__})") from None
+    for i, st in enumerate(entries):
+        if not isinstance(st, Status):
+            raise TypeError(f"{call}: statuses must hold Status objects (item {i} is {type(st).__name__})")
+
+
 _NULL_H = 0x2C000000
 
 
@@ -117,6 +152,7 @@ class Request(Handle):
     # --- buffer API ---------------------------------------------------------------------
     def Wait(self, status: Status | None = None) -> bool:
         """Wait for completion (MPI_Wait)."""
+        check_status(status, "Request.Wait")
         x = self._active()
         if x is None:
             self._empty(status)
@@ -128,6 +164,7 @@ class Request(Handle):
 
     def Test(self, status: Status | None = None) -> bool:
         """Test for completion (MPI_Test)."""
+        check_status(status, "Request.Test")
         x = self._active()
         if x is None:
             self._empty(status)
@@ -143,6 +180,7 @@ class Request(Handle):
 
     def Get_status(self, status: Status | None = None) -> bool:
         """Test for completion without freeing the request (MPI_Request_get_status)."""
+        check_status(status, "Request.Get_status")
         x = self._active()
         if x is None:
             self._empty(status)
@@ -186,7 +224,8 @@ class Request(Handle):
     @classmethod
     def Waitany(cls, requests, status: Status | None = None) -> int:
         """Wait for any request to complete (MPI_Waitany); UNDEFINED if none active."""
-        reqs = list(requests)
+        reqs = _requests(requests, "Request.Waitany")
+        check_status(status, "Request.Waitany")
         act = [(i, r._active()) for i, r in enumerate(reqs) if r._active() is not None]
         if not act:
             if status is not None:
@@ -207,7 +246,8 @@ class Request(Handle):
     @classmethod
     def Testany(cls, requests, status: Status | None = None) -> tuple[int, bool]:
         """Test for any completed request (MPI_Testany)."""
-        reqs = list(requests)
+        reqs = _requests(requests, "Request.Testany")
+        check_status(status, "Request.Testany")
         act = [(i, r._active()) for i, r in enumerate(reqs) if r._active() is not None]
         if not act:
             if status is not None:
@@ -229,7 +269,8 @@ class Request(Handle):
     @classmethod
     def Get_status_any(cls, requests, status: Status | None = None) -> tuple[int, bool]:
         """Like Testany, without freeing (MPI_Request_get_status_any)."""
-        reqs = list(requests)
+        reqs = _requests(requests, "Request.Get_status_any")
+        check_status(status, "Request.Get_status_any")
         act = [(i, r._active()) for i, r in enumerate(reqs) if r._active() is not None]
         if not act:
             if status is not None:
@@ -248,7 +289,8 @@ class Request(Handle):
     @classmethod
     def Waitall(cls, requests, statuses=None) -> bool:
         """Wait for all requests (MPI_Waitall)."""
-        reqs = list(requests)
+        reqs = _requests(requests, "Request.Waitall")
+        _check_statuses(statuses, "Request.Waitall")
         xs = [r._active() for r in reqs]
         eng = _engine()
         pend = [x for x in xs if x is not None and not x.done]
@@ -260,7 +302,8 @@ class Request(Handle):
     @classmethod
     def Testall(cls, requests, statuses=None) -> bool:
         """Test whether all requests completed (MPI_Testall); completes them all if so."""
-        reqs = list(requests)
+        reqs = _requests(requests, "Request.Testall")
+        _check_statuses(statuses, "Request.Testall")
         eng = _engine()
         with eng.lock:
             eng.progress()
@@ -272,7 +315,8 @@ class Request(Handle):
     @classmethod
     def Get_status_all(cls, requests, statuses=None) -> bool:
         """Whether all requests completed, without freeing (MPI_Request_get_status_all)."""
-        reqs = list(requests)
+        reqs = _requests(requests, "Request.Get_status_all")
+        _check_statuses(statuses, "Request.Get_status_all")
         eng = _engine()
         with eng.lock:
             eng.progress()
@@ -291,7 +335,8 @@ class Request(Handle):
     @classmethod
     def Waitsome(cls, requests, statuses=None):
         """Wait for some requests (MPI_Waitsome); None if none active."""
-        reqs = list(requests)
+        reqs = _requests(requests, "Request.Waitsome")
+        _check_statuses(statuses, "Request.Waitsome")
         act = [r._active() for r in reqs]
         live = [x for x in act if x is not None]
         if not live:
@@ -305,7 +350,8 @@ class Request(Handle):
     @classmethod
     def Testsome(cls, requests, statuses=None):
         """Test for some completed requests (MPI_Testsome); None if none active."""
-        reqs = list(requests)
+        reqs = _requests(requests, "Request.Testsome")
+        _check_statuses(statuses, "Request.Testsome")
         act = [r._active() for r in reqs]
         if all(x is None for x in act):
             return None
@@ -319,7 +365,8 @@ class Request(Handle):
     @classmethod
     def Get_status_some(cls, requests, statuses=None):
         """Indices of completed requests, without freeing (MPI_Request_get_status_some)."""
-        reqs = list(requests)
+        reqs = _requests(requests, "Request.Get_status_some")
+        _check_statuses(statuses, "Request.Get_status_some")
         act = [r._active() for r in reqs]
         if all(x is None for x in act):
             return None
@@ -505,8 +552,16 @@ class Prequest(Request):
 
     @classmethod
     def Startall(cls, requests) -> None:
-        """Start a list of persistent requests (MPI_Startall)."""
-        for r in requests:
+        """Start a list of persistent requests (MPI_Startall); none starts unless all can."""
+        reqs = _requests(requests, "Prequest.Startall", Prequest)
+        for i, r in enumerate(reqs):
+            if r._start is None:
+                raise error(ERR_REQUEST, f"Prequest.Startall: null or freed request (item {i})")
+            if r._x is not None:
+                raise error(ERR_REQUEST, f"Prequest.Startall: request is already active (item {i}; complete it first)")
+        if len({id(r) for r in reqs}) != len(reqs):
+            raise error(ERR_REQUEST, "Prequest.Startall: the same request appears more than once")
+        for r in reqs:
             r.Start()
 
     def Free(self) -> None:

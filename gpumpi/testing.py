@@ -131,10 +131,6 @@ def _rank_main(rank: int, fn, args, kwargs, result_fds: list[int], dump_fds: lis
     code = 0
     try:
         payload = ("ok", fn(*args, **kwargs))
-        runtime = sys.modules.get("gpumpi._runtime")
-        finalize = getattr(runtime, "finalize", None)
-        if finalize is not None:
-            finalize()
     except SystemExit as e:
         if e.code is None or e.code == 0:
             payload = ("ok", None)
@@ -145,6 +141,17 @@ def _rank_main(rank: int, fn, args, kwargs, result_fds: list[int], dump_fds: lis
         if _is_skip(e):
             payload = ("skip", str(getattr(e, "msg", e)))
         else:
+            code = 1
+            payload = ("error", traceback.format_exc())
+    if code == 0:
+        # a rank that leaves with status 0 has finalized, as a program's normal exit does
+        # (else the job counts it as an improper exit)
+        try:
+            runtime = sys.modules.get("gpumpi._runtime")
+            finalize = getattr(runtime, "finalize", None)
+            if finalize is not None:
+                finalize()
+        except BaseException:
             code = 1
             payload = ("error", traceback.format_exc())
     try:
@@ -293,6 +300,9 @@ def _message(outcome: Outcome, reports: list[RankReport], n: int, timeout: float
         first = reports[outcome.failed_rank] if outcome.failed_rank is not None else None
         if first is not None and first.outcome == "error":
             head += f" [rank {first.rank}: {first.error.strip().splitlines()[-1]}]"
+        silent = ", ".join(str(rep.rank) for rep in reports if rep.outcome == "no result" and rep.status == 0)
+        if silent:  # an improper exit (without MPI_Finalize) is also one without a result
+            head += f"; rank(s) {silent} exited with status 0 without returning a result"
     else:
         missing = ", ".join(str(rep.rank) for rep in reports if rep.outcome not in ("ok", "skip"))
         head = f"run_ranks: rank(s) {missing} exited with status 0 without returning a result"

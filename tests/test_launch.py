@@ -275,6 +275,75 @@ if RANK == 1:
     run.assert_no_ranks_left()
 
 
+IMPROPER_RECV = """
+import numpy as np
+from gpumpi import MPI
+try:
+    MPI.COMM_WORLD.Recv(np.zeros(1), 1, 0)   # rank 1 never sends
+except MPI.Exception as e:
+    open(os.path.join(OUT, "noticed.%d" % RANK), "w").write(str(e.Get_error_class() == MPI.ERR_PROC_FAILED))
+forever()
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n", [2, 3])
+def test_rank_exiting_zero_without_finalize_ends_the_job(tmp_path, n):
+    """An initialised rank that exits 0 without MPI_Finalize is an improper exit (Open MPI's
+    mpirun rule): the job ends, naming the rank; its peers used to wait on it forever."""
+    body = """
+if RANK == 1:
+    from gpumpi import MPI
+    os._exit(0)
+""" + IMPROPER_RECV
+    run = launch(tmp_path, body, n)
+    assert run.rc == 1, run.stderr
+    assert run.elapsed < 10
+    assert "gpumpirun: rank 1 exited with status 0 without calling MPI_Finalize" in run.stderr, run.stderr
+    assert (run.out / "noticed.0").read_text() == "True"
+    run.assert_no_ranks_left()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("rank1_first", [True, False])
+def test_rank_exiting_zero_without_init_while_others_initialised_ends_the_job(tmp_path, rank1_first):
+    """A rank that never initialises while another does is an improper exit too, whether it
+    exits before any rank initialised (held pending until one does) or after."""
+    body = f"""
+if RANK == 1:
+    if not {rank1_first}:
+        time.sleep(1.0)
+    sys.exit(0)
+if {rank1_first}:
+    time.sleep(0.5)
+""" + IMPROPER_RECV
+    run = launch(tmp_path, body, 2)
+    assert run.rc == 1, run.stderr
+    assert run.elapsed < 10
+    assert "gpumpirun: rank 1 exited with status 0 without calling MPI_Init while rank(s) 0 did" in run.stderr, \
+        run.stderr
+    run.assert_no_ranks_left()
+
+
+@pytest.mark.timeout(60)
+def test_ranks_that_finalize_or_never_initialise_exit_properly(tmp_path):
+    body = """
+from gpumpi import MPI
+MPI.COMM_WORLD.Barrier()
+if RANK == 1:
+    MPI.Finalize()
+    os._exit(0)       # finalized: a proper exit
+if RANK == 2:
+    time.sleep(0.3)   # a normal interpreter exit finalizes
+"""
+    run = launch(tmp_path, body, 3)
+    assert run.rc == 0, run.stderr
+    assert run.stderr == ""
+    # a job in which no rank initialises (not an MPI program) is fine whatever the order
+    run = launch(tmp_path, "time.sleep(0.3 * RANK)\n", 3)
+    assert run.rc == 0 and run.stderr == "", run.stderr
+
+
 @pytest.mark.timeout(60)
 def test_rank_ignoring_sigterm_is_killed_after_the_grace(tmp_path):
     body = """

@@ -977,3 +977,40 @@ def _message_handles():
 @pytest.mark.parametrize("n", [1, 2])
 def test_message_handles(n):
     run_ranks(_message_handles, n, timeout=60)
+
+
+def _bad_status_loses_nothing():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    for size in (3, 200_000):  # eager and rendezvous
+        out = np.arange(size, dtype=float)
+        sreq = c.Isend(out, (r + 1) % n, 2)
+        b = np.zeros(size)
+        for call, f in (("Recv", lambda: c.Recv(b, (r - 1) % n, 2, status="bogus")),
+                        ("Probe", lambda: c.Probe((r - 1) % n, 2, status="bogus")),
+                        ("Iprobe", lambda: c.Iprobe((r - 1) % n, 2, status=0)),
+                        ("Mprobe", lambda: c.Mprobe((r - 1) % n, 2, status=[])),
+                        ("Improbe", lambda: c.Improbe((r - 1) % n, 2, status=object()))):
+            with pytest.raises(TypeError, match=f"^{call}: status must be a Status or None"):
+                f()
+        assert (b == 0).all()
+        msg = c.Mprobe((r - 1) % n, 2)  # the message is still there
+        with pytest.raises(TypeError, match="^Message.Recv: status"):
+            msg.Recv(b, status="bogus")
+        with pytest.raises((TypeError, ValueError, BufferError)):
+            msg.Recv(b"read-only bytes")  # a bad buffer is refused before the message leaves the handle
+        st = MPI.Status()
+        msg.Recv(b, st)
+        assert (b == np.arange(size)).all() and st.Get_source() == (r - 1) % n
+        sreq.Wait()
+        c.Barrier()
+    return True
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_bad_status_or_buffer_is_refused_before_the_message_is_taken(n):
+    """Recv(status="bogus") consumed the message, then raised AttributeError; Message.Recv with a
+    bad buffer lost the matched message."""
+    assert run_ranks(_bad_status_loses_nothing, n, timeout=60) == [True] * n

@@ -394,3 +394,38 @@ def _random_types(specs):
 @given(st.lists(st.tuples(dtgen.specs(depth=3), st.integers(1, 3)), min_size=4, max_size=8))
 def test_random_nested_types_over_the_wire(specs):
     run_ranks(_random_types, 2, timeout=60, args=(specs,))
+
+
+# --- bad input is refused before anything moves --------------------------------------------
+
+
+def _uncommitted_types_are_refused():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    pair = MPI.DOUBLE.Create_contiguous(2)  # never committed
+    a = np.arange(8.0)
+    for call in (lambda: c.Send([a, 2, pair], (r + 1) % n, 3), lambda: c.Isend([a, 2, pair], (r + 1) % n, 3),
+                 lambda: c.Ssend([a, 2, pair], (r + 1) % n, 3), lambda: c.Send_init([a, 2, pair], (r + 1) % n, 3),
+                 lambda: c.Recv([a, 2, pair], (r - 1) % n, 3), lambda: c.Irecv([a, 2, pair], (r - 1) % n, 3),
+                 lambda: c.Bcast([a, 2, pair], 0)):
+        with pytest.raises(MPI.Exception) as info:
+            call()
+        assert info.value.Get_error_class() == MPI.ERR_TYPE
+        assert "not been committed" in str(info.value)
+    c.Barrier()
+    assert not c.Iprobe(MPI.ANY_SOURCE, 3)  # nothing was sent
+    c.Barrier()
+    pair.Commit()
+    c.Send([a, 2, pair], (r + 1) % n, 3)
+    b = np.zeros(8)
+    c.Recv([b, 2, pair], (r - 1) % n, 3)
+    assert (b[:4] == a[:4]).all()
+    pair.Free()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_uncommitted_datatypes_raise_err_type(n):
+    """MPICH refuses an uncommitted derived type (ERR_TYPE); gpumpi sent it."""
+    run_ranks(_uncommitted_types_are_refused, n, timeout=60)

@@ -15,10 +15,11 @@ def _shm():
     return sorted(e for e in os.listdir("/dev/shm") if "gpumpi" in e)
 
 
-def _run(tmp_path, code, n=2, timeout=60, env=None, launcher=True):
+def _run(tmp_path, code, n=2, timeout=60, env=None, launcher=True, extra=()):
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent(code))
-    cmd = [sys.executable, "-m", "gpumpi", "-n", str(n), str(prog)] if launcher else [sys.executable, str(prog)]
+    cmd = [sys.executable, "-m", "gpumpi", *extra, "-n", str(n), str(prog)] if launcher else [sys.executable,
+                                                                                             str(prog)]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
     return p, time.monotonic() - t0
@@ -220,3 +221,85 @@ def _has_gpu() -> bool:
     from gpumpi import _device
 
     return _device.cuda_driver() is not None
+
+
+# --- Finalize completes this rank's part in every communication ------------------------------
+
+
+def _send_then_finalize(how):
+    import time as _t
+
+    import numpy as np
+
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    n = 1 << 17  # 1 MiB: far above the eager limit, so the receiver reads the sender's memory
+    if c.rank == 1:
+        a = np.arange(n, dtype=float)
+        if how == "free":
+            c.Isend(a, 0, 4).Free()
+        elif how == "bsend":
+            MPI.Attach_buffer(bytearray(a.nbytes + MPI.BSEND_OVERHEAD))
+            c.Bsend(a, 0, 4)
+        else:  # ibsend, request freed
+            MPI.Attach_buffer(bytearray(a.nbytes + MPI.BSEND_OVERHEAD))
+            c.Ibsend(a, 0, 4).Free()
+        del a
+        MPI.Finalize()  # the process ends right after: the message must be received by now
+        return "sent"
+    if c.rank == 0:
+        _t.sleep(1.0)
+        b = np.empty(n)
+        c.Recv(b, 1, 4)
+        assert (b == np.arange(n)).all()
+        return "got"
+    return None
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["free", "bsend", "ibsend"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_finalize_waits_until_freed_and_buffered_sends_are_received(how, n):
+    """MPI_Finalize must not return before a freed or buffered send was received (the
+    receiver read a process that had exited and waited forever)."""
+    assert run_ranks(_send_then_finalize, n, timeout=30, args=(how,))[:2] == ["got", "sent"]
+
+
+def _unmatched_sends_do_not_hold_finalize():
+    import numpy as np
+
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    big = np.zeros(1 << 17)
+    c.Isend(big, c.rank, 9).Free()  # to itself, never received
+    c.Isend(big, (c.rank + 1) % c.size, 8).Free()  # to a peer that never receives it
+    MPI.Finalize()
+    return True
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_finalize_gives_up_sends_nobody_will_receive(n):
+    """An erroneous program (a send never matched) still finalizes: the receiver finalized
+    without a receive that could match it."""
+    assert run_ranks(_unmatched_sends_do_not_hold_finalize, n, timeout=30) == [True] * n
+
+
+@pytest.mark.timeout(60)
+def test_finalize_does_not_wait_for_a_dead_receiver(tmp_path):
+    p, dt = _run(tmp_path, """
+        import os
+        import numpy as np
+        from gpumpi import MPI
+        c = MPI.COMM_WORLD
+        if c.rank == 0:
+            os._exit(5)
+        c.Isend(np.zeros(1 << 17), 0, 1).Free()
+        MPI.Finalize()
+        print("FINALIZED", flush=True)
+    """, extra=["--grace", "20"])
+    assert p.returncode == 5, p.stderr
+    assert "FINALIZED" in p.stdout, (p.stdout, p.stderr)
+    assert dt < 15

@@ -686,17 +686,26 @@ def sigcode(datatype) -> int:
     return code
 
 
+_SIG_SCANNED: list = []
+
+
 def sig_name(code: int) -> str:
     """The ``typestr`` behind a signature code (as seen by this process)."""
-    if not _SIG_NAMES:
+    name = _SIG_NAMES.get(code)
+    if name is None and not _SIG_SCANNED:  # a peer's code: learn every predefined type's, once
+        _SIG_SCANNED.append(True)
         from .predefined import PREDEFINED_NAMES, lookup_name
 
-        for name in PREDEFINED_NAMES:
+        for pname in PREDEFINED_NAMES:
             try:
-                sigcode(lookup_name(name))
+                dt = lookup_name(pname)
+                c = sigcode(dt)
             except Exception:  # names without a type on this platform
-                pass
-    return _SIG_NAMES.get(code, f"code {code}")
+                continue
+            if c and c not in _SIG_NAMES:  # a code cached before: record its name here too
+                _SIG_NAMES[c] = signature(dt)[0][0]._str
+        name = _SIG_NAMES.get(code)
+    return name or f"code {code}"
 
 
 def elements_in(datatype, nbytes: int) -> int:

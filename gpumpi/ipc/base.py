@@ -45,6 +45,17 @@ ATOMICS = 8  # element-wise atomic updates in a peer's memory
 HOST, DEVICE = "host", "device"
 
 
+class PeerGone(Exception):
+    """Raised by a region transport's ``take`` when the peer's process no longer exists (it
+    exited or died): nothing was copied, and nothing of that peer's can be copied any more.
+    The engine treats the peer as failed; it must not read it as "this transport does not
+    work here"."""
+
+    def __init__(self, peer: int, detail: str = "") -> None:
+        super().__init__(f"rank {peer}: process no longer exists{' (' + detail + ')' if detail else ''}")
+        self.peer = peer
+
+
 class Frames(abc.ABC):
     """Ordered control frames per peer (see the module docstring)."""
 
@@ -112,7 +123,8 @@ class Region(abc.ABC):
         ``dst``: host, an address; device, ``(adapter or None for host memory, address,
         stream_of)``, where ``stream_of(adapter)`` gives the stream to copy on, already ordered
         after the consumer's work.  False when the offer cannot be taken here (nothing was
-        copied: the engine asks for a push)."""
+        copied: the engine asks for a push).  Raises :class:`PeerGone` when the peer's process
+        no longer exists."""
 
     def write(self, peer: int, src, skip: int, addr: int, nbytes: int) -> int:
         """``WRITE`` transports: copy ``nbytes`` of our ``src`` from byte ``skip`` into ``peer``'s

@@ -11,14 +11,32 @@ staged path; :func:`available` tells in advance whether to try.
 offers its segments, the receiver reads them; for large messages the sender also
 writes the tail while the receiver reads the head (``WRITE``).  After a refusal it
 offers nothing more, and the data is pushed through the rings instead.
+
+A failed read means one of two things, and they must not be confused: the kernel
+refuses cross-memory attach (stop using it), or the peer's process is gone (ESRCH:
+it exited or died; EPERM or EFAULT from a process that is exiting, a zombie, or a
+pid now owned by someone else).  The second raises :class:`~gpumpi.ipc.base.PeerGone`:
+that peer is lost, cross-memory attach is not.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno as _errno
 import os
 
-from .base import HOST, ONE_SIDED, READ, WRITE, Region, decode_segments, encode_segments, register, skip_segments
+from .base import (
+    HOST,
+    ONE_SIDED,
+    READ,
+    WRITE,
+    PeerGone,
+    Region,
+    decode_segments,
+    encode_segments,
+    register,
+    skip_segments,
+)
 
 _IOV_MAX = 1024
 
@@ -186,6 +204,25 @@ def write(pid: int, local: list, skip: int, remote_addr: int, nbytes: int) -> in
     return 0 if done >= nbytes else 5
 
 
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` no longer runs: it does not exist, is a zombie (or dead), or the
+    pid now belongs to another user.  (Only a process that exists and runs can be read.)"""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return True  # the pid was reused by another user's process
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"Z", b"X", b"x")
+
+
 @register
 class Cma(Region):
     """Host regions read and written with cross-memory attach (one copy, peer to peer)."""
@@ -207,10 +244,13 @@ class Cma(Region):
         segs = decode_segments(body)
         if skip:
             segs = skip_segments(segs, skip)
-        errno = read(self.pid(peer), segs, dst, nbytes) if nbytes else 0
+        pid = self.pid(peer)
+        errno = read(pid, segs, dst, nbytes) if nbytes else 0
         if errno == 0:
             self.proven = True
             return True
+        if errno == _errno.ESRCH or process_gone(pid):  # EPERM, EFAULT from an exiting process too
+            raise PeerGone(peer, f"process_vm_readv of pid {pid}: {os.strerror(errno)}")
         if not self.proven:
             self.ok = False  # the kernel refused: push through the rings from now on
         return False

@@ -16,12 +16,19 @@ Layout (little-endian, all words 8 bytes)::
     32   abort_code          first rank to call Abort writes code + 1 here
     40   stage_slot          bytes of each staging slot (:mod:`gpumpi.ipc.slab`)
     48   stage_slots         slots of each rank's staging slab
-    64   rank table          nranks x 32 bytes: pid, attached, failed, exit status
+    64   rank table          nranks x 32 bytes: pid, state, failed, exit status
     ...  rings              nranks x nranks ring blocks, page-aligned
     ...  slabs              nranks staging slabs, page-aligned (pages untouched until used)
 
+A rank's *state* word goes up, never down: 0 (not initialised), ``RUNNING`` (attached
+at initialisation), ``FINALIZING`` (inside ``MPI_Finalize``), ``QUIESCENT`` (inside
+``Finalize`` with no receive posted or in progress: it will never match another
+message), ``FINALIZED`` (left ``Finalize``: it reads nothing any more).  Peers read it
+to know which of their sends can still be received; the launcher reads it to tell a
+rank that exits 0 after ``Finalize`` from one that exits 0 without it.
+
 Single-writer rule: ``epoch`` and ``failed`` are written only by the launcher;
-a rank writes only its own ``pid``/``attached`` slots and the consumer/producer
+a rank writes only its own ``pid``/``state`` slots and the consumer/producer
 words of its own ring ends.  So no cross-process atomics are needed here.
 """
 
@@ -39,6 +46,9 @@ MAGIC = b"GPUMPIJ2"
 _HDR = 64
 _SLOT = 32
 PAGE = 4096
+
+#: A rank's state word (see the module docstring); it only ever grows.
+RUNNING, FINALIZING, QUIESCENT, FINALIZED = 1, 2, 3, 4
 
 
 def _align(n: int, a: int) -> int:
@@ -133,10 +143,27 @@ class JobSegment:
         t = self._tq()
         s = self._slot(rank)
         t[s] = pid
-        t[s + 1] = 1
+        t[s + 1] = RUNNING
 
     def attached(self, rank: int) -> bool:
-        return self._tq()[self._slot(rank) + 1] == 1
+        """Whether ``rank`` has initialised (in any later state too)."""
+        return self._tq()[self._slot(rank) + 1] >= RUNNING
+
+    def state(self, rank: int) -> int:
+        """``rank``'s state word: 0, RUNNING, FINALIZING, QUIESCENT or FINALIZED."""
+        return self._tq()[self._slot(rank) + 1]
+
+    def states(self) -> list[int]:
+        """Every rank's state word, in rank order."""
+        t = self._tq()
+        return [t[self._slot(r) + 1] for r in range(self.nranks)]
+
+    def set_state(self, rank: int, state: int) -> None:
+        """Rank ``rank`` only: move its own state word up to ``state``."""
+        t = self._tq()
+        s = self._slot(rank) + 1
+        if state > t[s]:
+            t[s] = state
 
     def pid(self, rank: int) -> int:
         return self._tq()[self._slot(rank)]

@@ -207,3 +207,14 @@ def test_evenly_spaced_blocks_take_the_shortcut_to_the_same_tree(old_spec, bl, s
     assert flatten.tree(t) == flatten.seq(flatten.shift(block, d * unit) for d in disps)
     t2 = (old.Create_hindexed([bl] * n, disps) if in_bytes else old.Create_indexed([bl] * n, disps))
     assert flatten.tree(t2) == flatten.tree(t)
+
+
+def test_sig_name_knows_every_predefined_code_once_any_code_is_known(monkeypatch):
+    """The names were learnt only while none was known, so after one local type's code a peer's
+    f8 read as 'code 13419' in ERR_TYPE messages."""
+    monkeypatch.setattr(flatten, "_SIG_NAMES", {})
+    monkeypatch.setattr(flatten, "_SIG_SCANNED", [])
+    flatten._SIG_NAMES[flatten._code_of("i4")] = "i4"  # this process has used INT only
+    assert flatten.sig_name(flatten._code_of("f8")) == "f8"
+    assert flatten.sig_name(flatten._code_of("i4")) == "i4"
+    assert flatten.sig_name(7) == "code 7"

@@ -453,6 +453,50 @@ def test_cma_refused_take_copies_nothing_and_stops_offering():
     assert t.offer(1, HostSource([10]).segs) is None and not t.reaches(1)
 
 
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_cma_take_from_an_exited_peer_raises_peer_gone_and_keeps_cma():
+    """A peer that exited is that peer's failure, not the kernel refusing cross-memory attach
+    (taken for a refusal, it turned CMA off and the receiver waited for a push forever)."""
+    need_cma()
+    dead = _dead_pid()
+    w = world(0)
+    w.pid = lambda p: dead
+    t = base.lookup(HOST, "cma")(w)
+    src = HostSource([100])
+    d = host_dest(100)
+    with pytest.raises(base.PeerGone) as ei:
+        t.take(1, base.encode_segments(src.segs), d.ctypes.data, 100)
+    assert ei.value.peer == 1
+    assert (d == SENTINEL).all()
+    assert t.reaches(1) and t.offer(1, src.segs) is not None
+
+
+def test_process_gone_tells_exited_and_zombie_processes_from_live_ones():
+    import subprocess
+    import sys
+    import time
+
+    assert not cma.process_gone(os.getpid())
+    assert cma.process_gone(_dead_pid())
+    z = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        end = time.monotonic() + 10
+        while not cma.process_gone(z.pid) and time.monotonic() < end:  # a zombie until reaped
+            time.sleep(0.01)
+        assert cma.process_gone(z.pid)
+    finally:
+        z.wait()
+
+
 def test_cma_off_in_the_configuration_reaches_nobody():
     t = build((HOST, "cma"), 0, cma_on=False)
     assert [t.reaches(p) for p in range(3)] == [False] * 3
