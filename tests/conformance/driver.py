@@ -6,14 +6,22 @@ real one), loads ``test_MODULE`` from mpi4py's ``test/`` folder as mpi4py's own
 to ``OUTDIR/rank<R>.jsonl`` and flushes it at once: ``{"start": id}`` before each test,
 ``{"id": id, "outcome": ...}`` after it.  A crash or a hang therefore still leaves every
 finished test on disk, and the test in flight is the last ``start`` without an outcome.
-Tests named in SKIPFILE (one id per line) are not run (the runner's resume after a crash).
+Tests named in SKIPFILE (one id or fnmatch pattern per line) are not run: the runner's
+resume after a crash, and the tests expected.json says not to run.
+
+A watchdog ends the rank (exit status 3) when one test runs longer than
+``GPUMPI_CONFORMANCE_TEST_TIMEOUT`` seconds (default 60), after recording it as
+``"hang"``: a hung test costs that long, not the whole module's time limit.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import sys
+import threading
+import time
 import traceback
 import unittest
 
@@ -27,9 +35,16 @@ class Recorder(unittest.TestResult):
         self.out.write(json.dumps(fields) + "\n")
         self.out.flush()
 
+    current: tuple | None = None  # (test id, monotonic start) of the test in flight
+
     def startTest(self, test):
         super().startTest(test)
         self._emit(start=test.id())
+        self.current = (test.id(), time.monotonic())
+
+    def stopTest(self, test):
+        self.current = None
+        super().stopTest(test)
 
     def _why(self, err):
         kind, value, _tb = err
@@ -89,12 +104,21 @@ def _load(name: str) -> unittest.TestSuite:
                 sys.modules[m] = mod
 
 
+def _watchdog(result: Recorder, limit: float) -> None:
+    while True:
+        time.sleep(min(1.0, limit / 4))
+        cur = result.current
+        if cur is not None and time.monotonic() - cur[1] > limit and result.current is cur:
+            result._emit(id=cur[0], outcome="hang", why=f"still running after {limit:g} s")
+            os._exit(3)
+
+
 def main(argv: list[str]) -> int:
     testdir, module, outdir = argv[:3]
     skip = set()
     if len(argv) > 3 and argv[3]:
         with open(argv[3], encoding="utf-8") as f:
-            skip = {line.strip() for line in f if line.strip()}
+            skip = [line.strip() for line in f if line.strip()]
     sys.dont_write_bytecode = True
     sys.path.insert(0, testdir)
     from mpi4py import MPI
@@ -109,7 +133,12 @@ def main(argv: list[str]) -> int:
             result._emit(id=f"test_{module}.<import>", outcome="error", why=result._why(err),
                          tb="".join(traceback.format_exception(*err))[-2000:])
             suite = unittest.TestSuite()
-        tests = [t for t in _flatten(suite) if t.id() not in skip]
+        exact = set(skip)
+        patterns = [s for s in skip if any(c in s for c in "*?[")]
+        tests = [t for t in _flatten(suite)
+                 if t.id() not in exact and not any(fnmatch.fnmatchcase(t.id(), p) for p in patterns)]
+        limit = float(os.environ.get("GPUMPI_CONFORMANCE_TEST_TIMEOUT", "60"))
+        threading.Thread(target=_watchdog, args=(result, limit), daemon=True).start()
         unittest.TestSuite(tests).run(result)
         result._emit(end=True)
     return 0

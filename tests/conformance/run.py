@@ -103,7 +103,7 @@ class ModuleResult:
         return {t: ow for t, ow in self.outcomes.items() if ow[0] not in ("ok", "skip")}
 
 
-_RANK_ORDER = {"ok": 0, "skip": 1, "xfail": 1, "xpass": 2, "fail": 3, "error": 4, "broke": 5}
+_RANK_ORDER = {"ok": 0, "skip": 1, "xfail": 1, "xpass": 2, "fail": 3, "error": 4, "hang": 5, "broke": 6}
 
 
 def _read(outdir: str, n: int):
@@ -127,8 +127,8 @@ def _read(outdir: str, n: int):
                         prev = outcomes.get(ev["id"])
                         if prev is None or _RANK_ORDER[ev["outcome"]] > _RANK_ORDER[prev[0]]:
                             outcomes[ev["id"]] = (ev["outcome"], ev.get("why", ""))
-                        if ev["id"] == inflight and "sub" not in ev:
-                            inflight = None
+                        if ev["id"] == inflight and "sub" not in ev and ev["outcome"] != "hang":
+                            inflight = None  # (the watchdog's "hang" leaves the test in flight)
         ranks.append((outcomes, inflight, ended))
     return ranks
 
@@ -155,12 +155,17 @@ def _env(ref: bool, device: str | None) -> dict:
     return env
 
 
+def not_run(expected: dict, module: str, n: int) -> list[str]:
+    """The fnmatch patterns of ``module``'s tests expected.json says not to run at ``n`` ranks."""
+    return [e["pattern"] for e in expected["modules"].get(module, {}).get("skip", []) if n in e.get("n", (n,))]
+
+
 def run_module(testdir: str, module: str, n: int, *, ref: bool = False, device: str | None = None,
-               timeout: float = MODULE_TIMEOUT, log=None) -> ModuleResult:
+               timeout: float = MODULE_TIMEOUT, log=None, skip_patterns=()) -> ModuleResult:
     """Run ``test_<module>`` at ``n`` ranks, resuming after tests that crash or hang."""
     res = ModuleResult(module, n)
     t0 = time.monotonic()
-    skip: set[str] = set()
+    skip: set[str] = set(skip_patterns)
     with tempfile.TemporaryDirectory(prefix=f"m4p-{module}-{n}-") as tmp:
         for attempt in range(MAX_RESUMES + 1):
             outdir = os.path.join(tmp, f"run{attempt}")
@@ -189,7 +194,8 @@ def run_module(testdir: str, module: str, n: int, *, ref: bool = False, device: 
             if all(ended for _o, _i, ended in ranks) and proc.returncode == 0:
                 break
             inflight = next((i for _o, i, _e in ranks if i), None)
-            why = "hang" if hung or proc.returncode == 124 else f"exit {proc.returncode}"
+            watchdog = any(o.get(inflight, ("",))[0] == "hang" for o, _i, _e in ranks)
+            why = "hang" if hung or watchdog or proc.returncode == 124 else f"exit {proc.returncode}"
             text = tail.decode(errors="replace").strip().splitlines()[-1:] if tail else []
             res.broke.append((inflight, why + (f": {text[0][:200]}" if text else "")))
             if inflight is None:
@@ -269,8 +275,8 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     with concurrent.futures.ThreadPoolExecutor(max(1, ns.j)) as ex:
-        futs = [ex.submit(run_module, testdir, m, n, ref=ns.ref, device=ns.device, timeout=ns.timeout, log=log)
-                for m, n in jobs]
+        futs = [ex.submit(run_module, testdir, m, n, ref=ns.ref, device=ns.device, timeout=ns.timeout, log=log,
+                          skip_patterns=not_run(expected, m, n)) for m, n in jobs]
         results = [f.result() for f in futs]
     by = collections.defaultdict(dict)
     for r in results:
