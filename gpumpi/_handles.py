@@ -109,6 +109,11 @@ class Handle:
     _hnull: int
     _hbase: type  # the class whose instances compare with each other (Comm for Intracomm...)
 
+    def __new__(cls, *args, **kwargs):
+        # mpi4py's constructors take the object to copy in __new__ too (``Request.__new__(cls,
+        # request=None)``), so subclasses may call ``super().__new__(cls, obj)``; __init__ copies
+        return super().__new__(cls)
+
     def _hval(self) -> int:  # pragma: no cover - every class defines it
         raise NotImplementedError
 

@@ -350,6 +350,10 @@ class Comm(Handle):
         Comm._htable.live.pop(self._hval(), None)
         self._set_null()
 
+    def Clone(self) -> "Comm":
+        """Clone the communicator (MPI_Comm_dup): a duplicate of this communicator's own type."""
+        return self.Dup()
+
     def Dup(self, info=None) -> "Comm":
         """Duplicate the communicator (MPI_Comm_dup); intracommunicators only so far."""
         try:

@@ -203,3 +203,28 @@ def test_info_references_env_and_group_compare():
     g = MPI.COMM_WORLD.Get_group()
     assert g.Compare(MPI.COMM_WORLD.Get_group()) == MPI.IDENT == MPI.Group.Compare(g, g)
     assert MPI.Compute_dims(12, 2) == [4, 3] and MPI.Compute_dims(6, [0, 3]) == [2, 3]
+
+
+def test_subclasses_may_pass_the_copied_object_to_new_as_in_mpi4py():
+    """mpi4py's test_subclass: ``super().__new__(cls, obj)`` in a subclass, then __init__ copies."""
+    from gpumpi import MPI
+
+    class MyInfo(MPI.Info):
+        def __new__(cls, info=None):
+            return super().__new__(cls, info)
+
+    class MyRequest(MPI.Request):
+        def __new__(cls, request=None):
+            return super().__new__(cls, request)
+
+    class MyIntracomm(MPI.Intracomm):
+        def __new__(cls, comm=None):
+            return super().__new__(cls, comm)
+
+    info = MyInfo(MPI.INFO_ENV)
+    assert type(info) is MyInfo and info == MPI.INFO_ENV
+    assert type(MyRequest(MPI.REQUEST_NULL)) is MyRequest
+    comm = MyIntracomm(MPI.COMM_SELF)
+    clone = comm.Clone()
+    assert type(clone) is MyIntracomm and clone.Compare(MPI.COMM_SELF) == MPI.CONGRUENT
+    clone.Free()
