@@ -377,6 +377,29 @@ def _rc_option(rc, name: str, default, allowed):
     return default
 
 
+def _apply_rc(engine) -> None:
+    """After every initialisation under the shim: ``mpi4py.rc.errors`` and ``rc.finalize``.
+
+    ``errors``: ``"exception"`` (gpumpi's default, ERRORS_RETURN: calls raise),
+    ``"default"`` (the MPI standard's default, ERRORS_ARE_FATAL, as on MPICH), ``"fatal"``
+    (ERRORS_ARE_FATAL) or ``"abort"`` (ERRORS_ABORT), set on COMM_SELF and COMM_WORLD as
+    mpi4py does.  ``finalize``: False leaves finalisation to the program (exiting without
+    it then ends the job as an improper exit); None or True finalise at exit.
+    """
+    rc = _mpi4py_rc()
+    if rc is None:
+        return
+    errors = _rc_option(rc, "errors", "exception", ("exception", "default", "fatal", "abort"))
+    handler = {"default": ERRORS_ARE_FATAL, "fatal": ERRORS_ARE_FATAL, "abort": ERRORS_ABORT}.get(errors)
+    if handler is not None:
+        COMM_SELF.Set_errhandler(handler)
+        COMM_WORLD.Set_errhandler(handler)
+    _rt.finalize_at_exit(_rc_option(rc, "finalize", None, (None, True, False)) is not False)
+
+
+_rt.on_init(_apply_rc)
+
+
 def _init_at_import() -> None:
     """Initialise as importing mpi4py.MPI does: under the mpi4py shim, as ``mpi4py.rc`` says
     (``initialize``: whether to; ``threads`` and ``thread_level``: the level required)."""

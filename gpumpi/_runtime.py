@@ -179,8 +179,13 @@ def _install_rank_hooks(rank: int, dump_on_usr1: bool) -> None:
         return
 
 
+def finalize_at_exit(yes: bool) -> None:
+    """Whether the process finalises when Python exits (mpi4py ``rc.finalize``; default yes)."""
+    _state["no_atexit"] = not yes
+
+
 def _atexit() -> None:
-    if _state["initialized"] and not _state.get("skip_finalize"):
+    if _state["initialized"] and not _state.get("skip_finalize") and not _state.get("no_atexit"):
         finalize()
 
 

@@ -45,6 +45,33 @@ def test_default_is_thread_multiple():
     assert _job("from mpi4py import MPI; print(MPI.Query_thread())") == "3"
 
 
+@pytest.mark.parametrize("errors,handler", [("exception", "ERRORS_RETURN"), ("default", "ERRORS_ARE_FATAL"),
+                                            ("fatal", "ERRORS_ARE_FATAL"), ("abort", "ERRORS_ABORT")])
+def test_rc_errors_sets_the_error_handler_of_the_predefined_communicators(errors, handler):
+    out = _job(f"import mpi4py; mpi4py.rc.errors = {errors!r}\n"
+               "from mpi4py import MPI\n"
+               "print(*(c.Get_errhandler() == getattr(MPI, h) for c in (MPI.COMM_WORLD, MPI.COMM_SELF)\n"
+               f"      for h in ({handler!r},)))")
+    assert out == "True True"
+
+
+def test_rc_errors_fatal_ends_the_job_on_an_error():
+    cmd = [sys.executable, "-m", "gpumpi.launch", "--mpi4py", "-n", "1", "--timeout", "60", sys.executable, "-c",
+           "import mpi4py; mpi4py.rc.errors = 'fatal'\nfrom mpi4py import MPI\n"
+           "MPI.COMM_WORLD.Send(b'x', dest=5)\nprint('survived')"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert p.returncode != 0 and "survived" not in p.stdout, (p.returncode, p.stdout, p.stderr)
+
+
+def test_rc_finalize_false_leaves_finalize_to_the_program():
+    code = "import mpi4py; mpi4py.rc.finalize = False\nfrom mpi4py import MPI\n"
+    assert _job(code + "MPI.Finalize(); print(MPI.Is_finalized())") == "True"
+    cmd = [sys.executable, "-m", "gpumpi.launch", "--mpi4py", "-n", "1", "--timeout", "60", sys.executable, "-c",
+           code + "print('exiting')"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert p.returncode != 0 and "without calling MPI_Finalize" in p.stderr, (p.returncode, p.stderr)
+
+
 PKL5 = """\
 import numpy as np
 from mpi4py import MPI
