@@ -51,10 +51,25 @@ def activate() -> None:
         sys.path.insert(0, SHIM_DIR)
 
 
+def _is_shim(spec) -> bool:
+    """Whether ``spec`` is a gpumpi shim package (this one, or another gpumpi's on the path:
+    a source checkout beside an installed copy), never the real mpi4py."""
+    try:
+        with open(spec.origin, encoding="utf-8") as f:
+            return "gpumpi._mpi4py" in f.read(4096)
+    except (OSError, TypeError, UnicodeDecodeError):
+        return False
+
+
 def real_spec():
-    """The installed mpi4py package's spec (searching ``sys.path`` without the shim), or None."""
-    paths = [p for p in sys.path if os.path.abspath(p or os.curdir) != SHIM_DIR]
-    return importlib.machinery.PathFinder.find_spec("mpi4py", paths)
+    """The installed mpi4py package's spec (searching ``sys.path`` past every gpumpi shim), or None."""
+    for p in sys.path:
+        if os.path.abspath(p or os.curdir) == SHIM_DIR:
+            continue
+        spec = importlib.machinery.PathFinder.find_spec("mpi4py", [p])
+        if spec is not None and spec.origin and not _is_shim(spec):
+            return spec
+    return None
 
 
 class _Rc:

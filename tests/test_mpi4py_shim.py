@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import subprocess
 import sys
@@ -114,3 +115,20 @@ def test_without_mpi4py_installed_the_shim_still_gives_mpi_and_rc(monkeypatch):
         assert ns["__path__"] == [os.path.dirname(ns["__file__"])]
     finally:
         sys.modules.pop("mpi4py_probe.rc", None)
+
+
+def test_real_mpi4py_is_found_past_every_gpumpi_shim(tmp_path, monkeypatch):
+    """A source checkout's shim on PYTHONPATH beside an installed gpumpi's (CI runs the tests
+    from the checkout): the real mpi4py is never another gpumpi shim (that recursed)."""
+    import shutil
+
+    real = _mpi4py.real_spec()
+    if real is None:
+        pytest.skip("mpi4py is not installed")
+    other = tmp_path / "other_shim"
+    shutil.copytree(_mpi4py.SHIM_DIR, other)
+    monkeypatch.setattr(sys, "path", [str(other), *sys.path])
+    found = _mpi4py.real_spec()
+    assert found is not None and found.origin == real.origin
+    assert not _mpi4py._is_shim(found) and _mpi4py._is_shim(
+        importlib.machinery.PathFinder.find_spec("mpi4py", [str(other)]))
