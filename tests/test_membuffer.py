@@ -126,9 +126,12 @@ def _iflush_waits_for_buffered_sends():
 
     pool = _p2p._bsend["pool"]
     req = MPI.Iflush_buffer()
-    c.Barrier()  # nobody has received yet
-    if pool.live:
-        assert not req.Test(), "Iflush_buffer completed while a buffered message was still in the buffer"
+    # before this rank enters the barrier no peer can have received its message (each
+    # receives only after the barrier): the flush cannot be complete yet.  (Testing after
+    # the barrier raced with a fast peer whose receive finished the flush.)
+    assert pool.live == 1
+    assert not req.Test(), "Iflush_buffer completed while a buffered message was still in the buffer"
+    c.Barrier()
     got = np.zeros(big, np.uint8)
     c.Recv(got, (me - 1) % n, 1)
     req.Wait()
