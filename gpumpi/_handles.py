@@ -115,7 +115,7 @@ class Handle:
         return super().__new__(cls)
 
     def _hval(self) -> int:  # pragma: no cover - every class defines it
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}: a Handle subclass must define _hval (its handle value)")
 
     def _hnullify(self) -> None:
         raise NotImplementedError(f"{type(self).__name__}.free: cannot nullify")

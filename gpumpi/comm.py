@@ -25,6 +25,7 @@ import struct
 import warnings
 
 from . import _commctx
+from ._buffers import _is_integral
 from . import _objects
 from . import _p2p
 from . import _pickle
@@ -78,23 +79,6 @@ from numpy import ndarray as _ndarray
 
 STANDARD, SYNCHRONOUS, READY, BUFFERED = _p2p.STANDARD, _p2p.SYNCHRONOUS, _p2p.READY, _p2p.BUFFERED
 _msg = _p2p._msg
-
-
-def _is_integral(obj) -> bool:
-    """An integer, not a sequence that happens to convert to one (mpi4py ``is_integral``)."""
-    if not hasattr(type(obj), "__index__"):
-        return False
-    try:
-        len(obj)
-    except TypeError:
-        pass
-    else:
-        return False
-    try:
-        obj.__index__()
-    except TypeError:
-        return False
-    return True
 
 
 class Comm(Handle):

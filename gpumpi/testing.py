@@ -52,7 +52,8 @@ from typing import Any, Callable, Mapping
 from . import _config
 from ._job import Job, Outcome, RankState
 
-__all__ = ["run_ranks", "RanksFailed", "RankReport", "WORLD_SIZES", "parametrize_world", "SimDeviceArray"]
+__all__ = ["run_ranks", "RanksFailed", "RankReport", "WORLD_SIZES", "parametrize_world", "SimDeviceArray",
+           "DLPackOnly"]
 
 #: world sizes multi-rank tests run at (3: bugs that only show with non-powers of two)
 WORLD_SIZES = (1, 2, 3, 4)
@@ -333,6 +334,20 @@ def _free_sim_memory(adapter, addr: int, pid: int) -> None:
 
 
 _BASIC_INDEX = (int, slice, type(Ellipsis), type(None))
+
+
+class DLPackOnly:
+    """An array seen only through DLPack (``__dlpack__``/``__dlpack_device__``), as mpi4py's
+    test suite's ``dlpack-array`` backend is: no buffer protocol, no CUDA array interface."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
 
 
 class SimDeviceArray:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from gpumpi import _arrays as A
 from gpumpi import _backends, _device
 from gpumpi import datatypes as D
+from gpumpi.testing import DLPackOnly
 from gpumpi._arrays import DEVICE, HOST, SIM, BufferView, NotABufferError, as_buffer, datatype_of, lookup_dtype
 
 
@@ -53,19 +54,6 @@ class FakeCUDADLPack:
                 raise TypeError("old producer")
             return self.a.__dlpack__()
         return self.a.__dlpack__(max_version=max_version, copy=copy)
-
-
-class CPUDLPack:
-    """A non-buffer object that only speaks DLPack, on the CPU."""
-
-    def __init__(self, a):
-        self.a = a
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
-
-    def __dlpack__(self, **kw):
-        return self.a.__dlpack__(**kw)
 
 
 def _no_driver():
@@ -235,16 +223,16 @@ def test_cai_format_inference(typestr, expect):
 
 def test_dlpack_cpu_is_read_by_gpumpi():
     a = np.arange(5, dtype="i8")
-    v = as_buffer(CPUDLPack(a), False, "Recv")
+    v = as_buffer(DLPackOnly(a), False, "Recv")
     check_view(v, a.tobytes(), addr=a.ctypes.data, readonly=False)
     assert isinstance(v.obj, A.DLPackOwner)
     r = a.copy()
     r.flags.writeable = False
     with pytest.raises(BufferError, match="^Recv: buffer is not writable"):
-        as_buffer(CPUDLPack(r), False, "Recv")
+        as_buffer(DLPackOnly(r), False, "Recv")
     with pytest.raises(BufferError, match="not contiguous"):
-        as_buffer(CPUDLPack(a[::2]), True, "Send")
-    sv = as_buffer(CPUDLPack(a[::2]), True, "Send", strided=True)
+        as_buffer(DLPackOnly(a[::2]), True, "Send")
+    sv = as_buffer(DLPackOnly(a[::2]), True, "Send", strided=True)
     assert isinstance(sv, A.StridedView) and sv.strides == (16,) and sv.kind == HOST
     assert bytes(sv.mem) == a[:5].tobytes()[: 8 * 5]
 

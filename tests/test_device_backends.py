@@ -26,7 +26,7 @@ from gpumpi import datatypes as D
 from gpumpi._arrays import SIM, BufferView, StridedView, as_buffer
 from gpumpi._buffers import message_simple, message_vector
 from gpumpi.datatypes import plan
-from gpumpi.testing import WORLD_SIZES, SimDeviceArray, run_ranks
+from gpumpi.testing import WORLD_SIZES, DLPackOnly, SimDeviceArray, run_ranks
 
 
 def _libcuda_loads() -> bool:
@@ -169,18 +169,8 @@ def test_unusable_strided_interfaces_stay_buffer_errors():
 
 
 def test_cpu_dlpack_strided_arrays_are_host_messages():
-    class CPUDLPack:
-        def __init__(self, a):
-            self.a = a
-
-        def __dlpack_device__(self):
-            return self.a.__dlpack_device__()
-
-        def __dlpack__(self, **kw):
-            return self.a.__dlpack__(**kw)
-
     a = values((5, 4), 4)
-    m = message_simple(CPUDLPack(a[::-2, 1:3]), True, 0, call="Send")
+    m = message_simple(DLPackOnly(a[::-2, 1:3]), True, 0, call="Send")
     assert m.kind == "host" and m.device is None and not m.contiguous
     assert np.array_equal(_packed(m).view(np.float64), a[::-2, 1:3].ravel())
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from gpumpi.testing import WORLD_SIZES, run_ranks
+from gpumpi.testing import WORLD_SIZES, DLPackOnly, run_ranks
 
 SIZES = [0, 1, 8, 1000, 20000, 300_000, 3 << 20]  # eager, rendezvous, multi-chunk
 
@@ -901,25 +901,12 @@ def test_failed_sendrecv_family_leaves_nothing_posted(n):
     run_ranks(_failed_calls_leave_nothing_posted, n, timeout=60)
 
 
-class _CPUDLPack:
-    """A host array seen only through DLPack (mpi4py's dlpack-array backend)."""
-
-    def __init__(self, a):
-        self.a = a
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
-
-    def __dlpack__(self, **kw):
-        return self.a.__dlpack__(**kw)
-
-
 def _attach_any_writable_buffer():
     from gpumpi import MPI
 
     c = MPI.COMM_WORLD
     me, n = c.rank, c.size
-    for make in (bytearray, lambda k: _CPUDLPack(np.zeros(k, np.uint8))):
+    for make in (bytearray, lambda k: DLPackOnly(np.zeros(k, np.uint8))):
         buf = make(1000 + MPI.BSEND_OVERHEAD)
         MPI.Attach_buffer(buf)
         c.Bsend(np.full(10, me, "i4"), (me + 1) % n, 3)
@@ -930,7 +917,7 @@ def _attach_any_writable_buffer():
     ro = np.zeros(100, np.uint8)
     ro.flags.writeable = False
     with pytest.raises(BufferError, match="^Attach_buffer: buffer is not writable"):
-        MPI.Attach_buffer(_CPUDLPack(ro))
+        MPI.Attach_buffer(DLPackOnly(ro))
     with pytest.raises(TypeError, match="^Attach_buffer: expected a writable buffer"):
         MPI.Attach_buffer(42)
 
