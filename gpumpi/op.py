@@ -454,15 +454,16 @@ def _local(op: Op, s, r) -> None:
     dt, count = r.datatype, r.count
     nunits = _nunits(op, dt, count)
     if r.kind == "host":
-        if s.kind != "host":  # a device operand: into host memory first
-            sm = _to_host(s)
+        if s.kind != "host":  # a device operand: its packed bytes into host memory first
+            a = np.frombuffer(_to_host(s), np.uint8)
+        elif s.contiguous:
+            a = np.frombuffer(s.mem, np.uint8)
         else:
-            sm = s.mem
-        if r.contiguous and s.contiguous:
-            reduce_packed(op, dt, nunits, np.frombuffer(sm, np.uint8), np.frombuffer(r.mem, np.uint8), "host")
+            a = _plan.pack(s.mem, s.lo, dt, count)
+        if r.contiguous:
+            reduce_packed(op, dt, nunits, a, np.frombuffer(r.mem, np.uint8), "host")
             return
         p = _plan.plan_for(dt, count)
-        a = np.frombuffer(sm, np.uint8) if s.contiguous else _plan.pack(sm, s.lo, dt, count)
         b = _plan.pack(r.mem, r.lo, dt, count)
         reduce_packed(op, dt, nunits, a, b, "host")
         p.unpack_from(b, r.mem, r.lo)

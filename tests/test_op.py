@@ -277,3 +277,14 @@ def test_elementwise_on_sim_runs_the_generated_kernel():
     reduce_packed(op, MPI.DOUBLE, 6, a.ptr, b.ptr, "sim")
     assert list(b.get()) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     op.Free()
+
+
+def test_reduce_local_device_in_host_inout():
+    vec = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
+    s = SimDeviceArray.from_numpy(np.arange(6.0))
+    r = np.full(6, 1.0)
+    MPI.SUM.Reduce_local([s, 2, vec], [r, 2, vec])
+    assert list(r) == [1.0, 1.0, 3.0, 4.0, 1.0, 6.0]
+    MPI.MAX.Reduce_local(SimDeviceArray.from_numpy(np.arange(6.0)), r)
+    assert list(r) == [1.0, 1.0, 3.0, 4.0, 4.0, 6.0]
+    vec.Free()
