@@ -250,6 +250,8 @@ def _validate_coll(args) -> None:
         raise CLIError(f"nccl runs the coll suite only, not {args.suite}")
     if not coll:
         return
+    if args.impl == "nccl" and args.buffer not in (None, "cupy"):
+        raise CLIError(f"--impl nccl runs on cupy buffers (--buffer {args.buffer})")
     try:
         ops = bench.coll.parse_ops(args.ops)
         dtype = args.dtype or "float64"
