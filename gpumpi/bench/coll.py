@@ -14,8 +14,8 @@ rules of :mod:`gpumpi.bench._common`, with every rank taking part:
   equal blocks where the collective splits the array among the ``n`` ranks
   (:func:`plan_count`); a requested size that rounds to one already measured is
   measured once.  ``count`` is ``size`` in elements.
-* time: every rank times ``iters`` calls after ``skip`` untimed ones (``Barrier``
-  first; device buffers are synchronised before the clock stops) and divides by
+* time: every rank times ``iters`` calls after ``skip`` untimed ones and a
+  ``Barrier`` (device buffers are synchronised before the clock stops) and divides by
   ``iters``; ``time`` is the average over the ranks, as nccl-tests' default ``-a 1``,
   and ``tmax`` the slowest rank.  ``algbw = size / time`` and ``busbw = algbw *
   factor`` with nccl-tests' factors (:func:`busbw_factor`), GB = 1e9 B.
@@ -494,7 +494,8 @@ class _Nccl:
     def __init__(self, MPI, comm, np):
         from cupy.cuda import Stream, nccl
 
-        uid = np.zeros(128, dtype=np.int8)  # NCCL_UNIQUE_ID_BYTES
+        # NCCL_UNIQUE_ID_BYTES C chars, signed or not by platform: int16 carries either exactly
+        uid = np.zeros(128, dtype=np.int16)
         if comm.Get_rank() == 0:
             uid[:] = nccl.get_unique_id()
         comm.Bcast([uid.view(np.uint8), MPI.BYTE], 0)
@@ -569,10 +570,10 @@ def _measure(MPI, comm, np, bufs, call, sync, plan, coll, dtype, op, root, rank,
         bufs.sync()
     fn = call(coll, sview, rview, count, block)
     wtime = MPI.Wtime
-    comm.Barrier()
     for _ in range(w):
         fn()
     sync()
+    comm.Barrier()  # after the warm-up, as nccl-tests: the ranks start the timed calls together
     t0 = wtime()
     for _ in range(n):
         fn()
@@ -745,11 +746,18 @@ def coll_metadata(MPI, impl: str, *, nranks: int, buffer: str = "numpy", ops: Se
             "units": {"size": "B", "time": "us", "bandwidth": "GB/s (1e9 B/s)"}}  # fmt: skip
 
 
+def nccl_version_words(code: int) -> str:
+    """``"NCCL 2.21.5"`` from an ``ncclGetVersion`` code (nccl.h's ``NCCL_VERSION(X, Y, Z)``:
+    ``X*1000 + Y*100 + Z`` up to 2.8, ``X*10000 + Y*100 + Z`` from 2.9)."""
+    v = int(code)
+    major, rest = (v // 10000, v % 10000) if v >= 10000 else (v // 1000, v % 1000)
+    return f"NCCL {major}.{rest // 100}.{rest % 100}"
+
+
 def _nccl_version() -> str:
     from cupy.cuda import nccl
 
-    v = int(nccl.get_version())  # NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch (2.9+)
-    return f"NCCL {v // 10000}.{v // 100 % 100}.{v % 100} (cupy.cuda.nccl)"
+    return nccl_version_words(nccl.get_version()) + " (cupy.cuda.nccl)"
 
 
 def _colls_of(rows: Sequence[dict]) -> list[str]:

@@ -286,6 +286,12 @@ def test_compare_results_pairs_by_collective_and_size():
     assert "time mpi4py'" in bench.format_compare_table(merged, REF_META, REF_META)
 
 
+def test_nccl_version_words():
+    assert coll.nccl_version_words(22105) == "NCCL 2.21.5"
+    assert coll.nccl_version_words(2804) == "NCCL 2.8.4"
+    assert coll.nccl_version_words(21803) == "NCCL 2.18.3"
+
+
 def test_progress_line():
     line = bench.format_progress(2, 40, _row(size=65536, t=12.3, tmax=12.3, wrong=4), "mpi4py")
     assert line.startswith("# mpi4py coll [3/40] allreduce 65536 B: time 12.30 us busbw ")
