@@ -3,7 +3,7 @@
 
 Theory of operation
 ===================
-For each suite (``p2p``, ``pack``) the script runs, from the repository root,
+For each suite (``p2p``, ``pack``, ``coll``) the script runs, from the repository root,
 
     python -m gpumpi.cli bench SUITE --compare mpi4py --quiet -n NP --json OUT/SUITE.json [--quick]
 
@@ -35,7 +35,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SUITES = ("p2p", "pack")
+SUITES = ("p2p", "pack", "coll")
 
 
 def bench_args(suite: str, json_path: str, np: int, quick: bool) -> list[str]:
@@ -122,11 +122,27 @@ def pack_markdown(doc: dict, command: str) -> list[str]:
     return out
 
 
+def coll_markdown(doc: dict, command: str) -> list[str]:
+    a, b = doc["impl"], doc["compare"]
+    header = ["collective", "size", f"time {a} (µs)", f"time {b} (µs)", "speedup", f"busbw {a} (GB/s)",
+              f"busbw {b} (GB/s)"]  # fmt: skip
+    rows = [
+        [m["coll"], size_words(m["size"]), cell(m["time_us"], ".2f"), cell(m["ref_time_us"], ".2f"),
+         cell(m["speedup"], ".2f"), cell(m["busbw_GBps"], ".2f"), cell(m["ref_busbw_GBps"], ".2f")]
+        for m in doc["results"]
+    ]  # fmt: skip
+    note = [f"`{doc.get('dtype', 'float64')}`, op `{doc.get('op', 'sum')}`, root {doc.get('root', 0)}; time per call "
+            "averaged over the ranks; busbw with nccl-tests' factors; speedup = "
+            f"{b} time / {a} time.", ""]  # fmt: skip
+    return caption(doc, command) + note + markdown_table(header, rows)
+
+
 def problems(doc: dict) -> list[str]:
     """Why the results must not go into the README (wrong bytes, extents that differ)."""
     bad = []
     for m in doc["results"]:
         what = size_words(m["size"]) if "size" in m else f"{m.get('test')} {m.get('type')} {m.get('block')} B"
+        what = f"{m['coll']} {what}" if "coll" in m else what
         if m.get("wrong") or m.get("ref_wrong"):
             counts = f"{m.get('wrong')} {doc['impl']}, {m.get('ref_wrong')} {doc['compare']}"
             bad.append(f"{doc['suite']} {what}: wrong bytes ({counts})")
@@ -147,7 +163,16 @@ def plots(doc: dict, out_dir: str) -> list[str]:
         return []
     a, b = doc["impl"], doc["compare"]
     suite = doc["suite"]
-    if suite == "p2p":
+    if suite == "coll":
+        rows = [m for m in doc["results"] if m["size"] > 0]
+        colls = list(dict.fromkeys(m["coll"] for m in rows))
+        x = sorted({m["size"] for m in rows})
+        xlabel = "size (B)"
+        by = {(m["coll"], m["size"]): m for m in rows}
+        series = [(c, f"{c} busbw (GB/s)",
+                   [[by[(c, s)]["busbw_GBps"] if (c, s) in by else None for s in x],
+                    [by[(c, s)]["ref_busbw_GBps"] if (c, s) in by else None for s in x]]) for c in colls]  # fmt: skip
+    elif suite == "p2p":
         rows = [m for m in doc["results"] if m["size"] > 0]
         panels = [("latency_us", "one-way latency (µs)"), ("bw_GBps", "bandwidth (GB/s)"),
                   ("bibw_GBps", "bidirectional bandwidth (GB/s)")]  # fmt: skip
@@ -170,7 +195,7 @@ def plots(doc: dict, out_dir: str) -> list[str]:
     paths = []
     fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 4), squeeze=False)
     for ax, (key, title, ys) in zip(axes[0], series):
-        if suite == "p2p":
+        if suite in ("p2p", "coll"):
             ax.plot(x, ys[0], "o-", label=a)
             ax.plot(x, ys[1], "s--", label=b)
         else:
@@ -249,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(json_path, encoding="utf-8") as f:
             doc = json.load(f)
         bad += problems(doc)
-        lines = (p2p_markdown if suite == "p2p" else pack_markdown)(doc, shown)
+        lines = {"p2p": p2p_markdown, "pack": pack_markdown, "coll": coll_markdown}[suite](doc, shown)
         md_path = os.path.join(args.out, f"{suite}.md")
         pngs = plots(doc, args.out)
         with open(md_path, "w", encoding="utf-8") as f:

@@ -26,6 +26,11 @@ Device buffers (``--buffer sim|cupy``) are gpumpi's: its ranks get
 ``p2p-matrix`` starts one 2-rank gpumpi job per ordered pair of devices
 (``--_pair SRC,DST`` tells the job which) and prints one table of all pairs.
 
+``coll`` (nccl-tests-style collectives) takes ``--ops``, ``--dtype``, ``--op`` and
+``--root``.  Its third implementation, ``nccl`` (``--impl nccl`` or ``--compare nccl``),
+is launched like gpumpi, on CuPy buffers with one GPU per rank: gpumpi carries NCCL's
+unique id, the barriers and the statistics, CuPy's NCCL binding the collectives.
+
 Arguments are validated before anything is launched, so a bad suite, buffer kind
 or transport, or CuPy buffers without CuPy and a GPU, fail at once with a
 one-line message and exit status 2.
@@ -46,8 +51,8 @@ from ._version import __version__
 
 #: Environment variables that show the process is a rank of a running job.
 JOB_ENV_VARS = ("GPUMPI_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-#: Implementations ``--impl`` and ``--compare`` accept.
-IMPLS = ("gpumpi", "mpi4py")
+#: Implementations ``--impl`` and ``--compare`` accept (``nccl``: the coll suite only).
+IMPLS = ("gpumpi", "mpi4py", "nccl")
 
 
 class CLIError(Exception):
@@ -92,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
             "and first-use time on rank 0, plus strided-send on ranks 0 and 1 (2 ranks). "
             "Suite p2p-matrix (nvbandwidth-style): unidirectional device-to-device bandwidth between every "
             "ordered pair of GPUs of the node, cold (first message), warm (median) and as a percentage of a "
-            "local device copy. Results are checked for wrong values. GB = 1e9 B."
+            "local device copy. Suite coll (nccl-tests-style): time, algbw and busbw of Allreduce, Bcast, Reduce, "
+            "Allgather, Reduce_scatter_block, Alltoall and Barrier on all ranks. "
+            "Results are checked for wrong values. GB = 1e9 B."
         ),
     )
     b.add_argument("suite", nargs="?", default="p2p", help=f"suite to run (default p2p; known: {', '.join(bench.SUITES)})")
@@ -102,13 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--quick",
         action="store_true",
-        help="reduced sweep (p2p: 8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB; pack: blocks of 1, 8, 64, 1024 B; few iterations)",
+        help="reduced sweep (p2p and coll: 8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB; pack: blocks of 1, 8, 64, 1024 B; "
+        "few iterations)",
     )
     b.add_argument(
         "--sizes",
         default=None,
         help="MIN:MAX bytes (K/M/G suffixes), or a list such as 8,1K,64K (p2p message sizes, default 0:16M; "
-        "pack block sizes, default 1:1K)",
+        "pack block sizes, default 1:1K; coll: one rank's whole array, default 8:16M)",
     )
     b.add_argument(
         "--iters",
@@ -135,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="device transport of gpumpi's device messages: auto (gpumpi's choice), cuda_ipc or staging "
         "(sets GPUMPI_TRANSPORTS=device:<name> for the ranks; device buffers only)",
     )
+    b.add_argument(
+        "--ops",
+        default=None,
+        help=f"coll: comma-separated collectives to run (default all: {','.join(bench.coll.COLLS)})",
+    )
+    b.add_argument("--dtype", default=None, help=f"coll: element type (default float64; {', '.join(bench.coll.DTYPES)})")
+    b.add_argument("--op", default=None, help=f"coll: reduction of allreduce, reduce, reduce_scatter (default sum; {', '.join(bench.coll.OPS)})")
+    b.add_argument("--root", type=int, default=None, help="coll: root rank of bcast and reduce (default 0)")
     b.add_argument("--json", default=None, metavar="PATH", help="save the results as JSON")
     b.add_argument("--csv", default=None, metavar="PATH", help="save the results as CSV")
     b.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -203,12 +219,15 @@ def _validate(args) -> list[int]:
         if not matrix:
             raise CLIError(f"--_pair applies to the p2p-matrix suite only, not {args.suite}")
         parse_pair(args.pair)
+    _validate_coll(args)
     if args.buffer is None:
-        args.buffer = _default_buffer(args.suite)
+        args.buffer = "cupy" if args.impl == "nccl" else _default_buffer(args.suite)
+    if args.impl == "nccl" and args.buffer != "cupy":
+        raise CLIError(f"--impl nccl runs on cupy buffers (--buffer {args.buffer})")
     device = args.buffer in bench.DEVICE_BUFFER_KINDS
     if args.transport != "auto" and not device:
         raise CLIError(f"--transport {args.transport} applies to device buffers (--buffer sim or cupy), not {args.buffer}")
-    if device and "gpumpi" not in (args.impl, args.compare):
+    if device and not {"gpumpi", "nccl"} & {args.impl, args.compare}:
         raise CLIError(
             f"--buffer {args.buffer}: mpi4py runs use host numpy buffers; measure gpumpi "
             f"(--impl gpumpi, optionally --compare mpi4py)"
@@ -218,6 +237,36 @@ def _validate(args) -> list[int]:
     except bench.BenchError as e:
         raise CLIError(str(e)) from None
     return sizes
+
+
+def _validate_coll(args) -> None:
+    """The coll suite's options: collectives, type, op, root; and NCCL where it is asked for."""
+    coll = args.suite == "coll"
+    given = [f"--{name}" for name in ("ops", "dtype", "op", "root") if getattr(args, name) is not None]
+    if given and not coll:
+        raise CLIError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the coll suite only, not {args.suite}")
+    nccl = "nccl" in (args.impl, args.compare)
+    if nccl and not coll:
+        raise CLIError(f"nccl runs the coll suite only, not {args.suite}")
+    if not coll:
+        return
+    if args.impl == "nccl" and args.buffer not in (None, "cupy"):
+        raise CLIError(f"--impl nccl runs on cupy buffers (--buffer {args.buffer})")
+    try:
+        ops = bench.coll.parse_ops(args.ops)
+        dtype = args.dtype or "float64"
+        bench.coll.check_dtype(dtype)
+        op = args.op or "sum"
+        bench.coll.check_op(op)
+        if args.inner or in_job():
+            return  # the job's size, not -n, decides the rest: run_coll checks it
+        bench.coll.check_root(args.root or 0, args.np)
+        if any(c in bench.coll.REDUCING for c in ops):
+            bench.coll.check_exact(op, dtype, args.np)
+        if nccl:
+            bench.coll.check_nccl(args.np, ops, dtype)
+    except bench.BenchError as e:
+        raise CLIError(str(e)) from None
 
 
 def rank_env(args, impl: str, environ=None) -> dict:
@@ -234,6 +283,8 @@ def rank_env(args, impl: str, environ=None) -> dict:
         environ: the environment to start from (default ``os.environ``).
     """
     environ = os.environ if environ is None else environ
+    if impl == "nccl":
+        return {"GPUMPI_DEVICE": "auto"}
     if impl != "gpumpi" or args.buffer not in bench.DEVICE_BUFFER_KINDS:
         return {}
     env = {"GPUMPI_DEVICE": "sim" if args.buffer == "sim" else "auto"}
@@ -253,7 +304,9 @@ def _import_mpi(impl: str, args=None):
     import gpumpi
     from gpumpi import MPI, _config
 
-    if args is not None and args.buffer in bench.DEVICE_BUFFER_KINDS:
+    if impl == "nccl":
+        gpumpi.init(device="auto")  # NCCL's GPU: local_rank % ngpus, one per rank
+    elif args is not None and args.buffer in bench.DEVICE_BUFFER_KINDS:
         if args.suite == "p2p-matrix":
             gpumpi.init(device="sim" if args.buffer == "sim" else "none")  # the suite binds each rank's GPU
         else:
@@ -269,7 +322,7 @@ def _import_mpi(impl: str, args=None):
 
 
 def _transports_env(impl: str) -> str | None:
-    if impl != "gpumpi":
+    if impl not in ("gpumpi", "nccl"):
         return None
     from gpumpi import _config
 
@@ -291,6 +344,8 @@ def _run_inner(args, sizes: list[int]) -> int:
         raise CLIError("--compare starts its own launches; run it from a shell, not inside a job")
     if args.suite == "p2p-matrix":
         return _run_matrix_inner(args, sizes)
+    if args.suite == "coll":
+        return _run_coll_inner(args, sizes)
     MPI = _import_mpi(args.impl, args)
     comm = MPI.COMM_WORLD
     rank, nranks = comm.Get_rank(), comm.Get_size()
@@ -329,6 +384,28 @@ def _run_inner(args, sizes: list[int]) -> int:
         transports_env=_transports_env(args.impl),
         devices=devices,
     )
+    return _emit(args, meta, rows)
+
+
+def _run_coll_inner(args, sizes: list[int]) -> int:
+    MPI = _import_mpi(args.impl, args)
+    comm = MPI.COMM_WORLD
+    rank, nranks = comm.Get_rank(), comm.Get_size()
+    progress = bench.stderr_progress(args.impl) if rank == 0 and not args.quiet else None
+    ops = bench.coll.parse_ops(args.ops)
+    dtype, op, root = args.dtype or "float64", args.op or "sum", args.root or 0
+    rows = bench.coll.run_coll(
+        MPI, sizes, ops=ops, dtype=dtype, op=op, root=root, iters=args.iters, skip=args.skip, quick=args.quick,
+        buffer=args.buffer, backend="nccl" if args.impl == "nccl" else "mpi", comm=comm, progress=progress,
+    )  # fmt: skip
+    if rank != 0:
+        return 0
+    if args.impl == "nccl":
+        ops = [c for c in ops if c in bench.coll.NCCL_COLLS]
+    meta = bench.coll.coll_metadata(
+        MPI, args.impl, nranks=nranks, buffer=args.buffer, ops=ops, dtype=dtype, op=op, root=root,
+        transport=args.transport, transports_env=_transports_env(args.impl),
+    )  # fmt: skip
     return _emit(args, meta, rows)
 
 
@@ -373,9 +450,13 @@ def inner_argv(args, impl: str, json_path: str, pair: tuple[int, int] | None = N
     """The ``bench`` arguments of one inner run (``--compare``, ``--json``, ``--csv`` stay outside).
 
     mpi4py runs get ``--buffer numpy`` whatever ``--buffer`` says (gpumpi's device
-    buffers are not mpi4py's); ``pair`` is the ``(src, dst)`` of one p2p-matrix job.
+    buffers are not mpi4py's), nccl runs ``--buffer cupy``; ``pair`` is the ``(src, dst)``
+    of one p2p-matrix job.
     """
-    buffer = (args.buffer or _default_buffer(args.suite)) if impl == "gpumpi" else "numpy"
+    if impl == "nccl":
+        buffer = "cupy"
+    else:
+        buffer = (args.buffer or _default_buffer(args.suite)) if impl == "gpumpi" else "numpy"
     argv = ["bench", args.suite, "--impl", impl, "--buffer", buffer, "--window", str(args.window)]
     if impl == "gpumpi" and buffer in bench.DEVICE_BUFFER_KINDS and args.transport != "auto":
         argv += ["--transport", args.transport]
@@ -391,6 +472,9 @@ def inner_argv(args, impl: str, json_path: str, pair: tuple[int, int] | None = N
         argv.append("--quick")
     if args.distinct_recv:
         argv.append("--distinct-recv")
+    for name in ("ops", "dtype", "op", "root"):
+        if getattr(args, name) is not None:
+            argv += [f"--{name}", str(getattr(args, name))]
     if args.quiet:
         argv.append("--quiet")
     return [*argv, "--_json", json_path, "--_inner"]
@@ -403,7 +487,7 @@ def launch_command(impl: str, np: int, argv: list[str]) -> list[str]:
         CLIError: the launcher that ``impl`` needs is not installed.
     """
     prog = [sys.executable, "-m", "gpumpi.cli", *argv]
-    if impl == "gpumpi":
+    if impl in ("gpumpi", "nccl"):
         if not gpumpi_launcher_available():
             raise CLIError(
                 "the gpumpi launcher (gpumpi.launch, 'python -m gpumpi') is not available in this installation; "
