@@ -8,7 +8,9 @@ large buffers after it) on the communicator's point-to-point context ``ctx``.
 Host buffers inside the object travel inside that message.  Device arrays inside it
 (CuPy, Numba, simulated) travel as messages of their own ("parts"): standard sends of
 the arrays through the one buffer path (``_p2p``: device to device) on the parts
-context ``ctx + 3``, tagged with the sequence number the object message's header
+context ``ctx | 3`` (the communicator's fourth context, whether the object message
+went on its point-to-point context or, for a lowercase collective, on its collective
+one), tagged with the sequence number the object message's header
 carries.  They are posted before the object message, so every part's envelope has
 arrived by the time that one matches; the receiver then takes them from the object
 message's source.  A sender's parts complete only when matched, so receives post them
@@ -50,7 +52,7 @@ def _isend_parts(bufs, n: int, parts, dest: int, world, me: int, tag: int, ctx: 
     Xfer completes when they all have, and keeps the arrays alive until then."""
     seq, arrays = parts
     wdest = world[dest]
-    xs = [_p2p.isend(_p2p._msg(a, True, dest, call), wdest, me, seq, ctx + 3, STANDARD, call)
+    xs = [_p2p.isend(_p2p._msg(a, True, dest, call), wdest, me, seq, ctx | 3, STANDARD, call)
           for a in arrays if a.nbytes]
     main = _rt.ENGINE.isend(bufs, n, wdest, me, tag, ctx, mode, call)
     j = all_of(xs + [main], arrays)
@@ -135,7 +137,7 @@ def _post_parts(pend, src: int, call: str, world, ctx: int):
     ``(arrays, joint Xfer)``; where the arrays cannot be made, ``(exception, joint)``, and the
     parts are received and dropped, so that the sender still completes."""
     eng = _rt.ENGINE
-    pctx, seq, wsrc = ctx + 3, pend.seq, world[src]
+    pctx, seq, wsrc = ctx | 3, pend.seq, world[src]
     err = None
     try:
         arrays = _pickle.alloc(pend.specs)

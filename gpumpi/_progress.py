@@ -135,6 +135,10 @@ class Engine:
         self.sends: dict = {}
         self.pulls: dict = {}
         self.pushing: list = []
+        # collective runs whose round completed (collectives._execute): advanced at the end of a
+        # pass, outside the frame handlers that completed their operations
+        self.ready: list = []
+        self._advancing = False
         self.cancellable: dict = {}
         self.next_msgid = 1
         ring = self.tr.max_payload * 2
@@ -642,7 +646,20 @@ class Engine:
         seg = self.seg
         if seg is not None and seg.q[3] != self.epoch:
             self._on_failures()
+        if self.ready and not self._advancing:
+            self._advance_ready()
         return n
+
+    def _advance_ready(self) -> None:
+        """Advance the collective runs whose round completed (``Run.advance`` posts the next
+        round, which may progress the engine again: not re-entered)."""
+        self._advancing = True
+        try:
+            ready = self.ready
+            while ready:
+                ready.pop(0).advance()
+        finally:
+            self._advancing = False
 
     def wait(self, x: Xfer) -> None:
         """Block until ``x`` completes (progressing everything meanwhile)."""

@@ -25,6 +25,9 @@ import struct
 import warnings
 
 from . import _commctx
+from .collectives import _calls
+from .collectives import _execute as _coll_exec
+from .collectives import _lower
 from ._buffers import _is_integral
 from . import _objects
 from . import _p2p
@@ -51,7 +54,6 @@ from .constants import (
     UNIVERSE_SIZE,
     WTIME_IS_GLOBAL,
 )
-from .datatypes.flatten import sig_name as _sig_name
 from .datatypes.flatten import sigcode as _sigcode
 from .errors import (
     ERR_ARG,
@@ -61,8 +63,6 @@ from .errors import (
     ERR_RANK,
     ERR_ROOT,
     ERR_TAG,
-    ERR_TRUNCATE,
-    ERR_TYPE,
     ERRORS_RETURN,
     Errhandler,
     error,
@@ -73,6 +73,7 @@ from ._handles import Handle, Table
 from .group import Group
 from .info import Info
 from .message import Message
+from .op import SUM, Op
 from .request import Prequest, Request, check_status, done_xfer, joint, part_done
 from .status import Status
 from numpy import ndarray as _ndarray
@@ -1004,6 +1005,273 @@ class Comm(Handle):
         self._check("Comm.Flush_buffer")
         _p2p._flush(self._bpool)
 
+    # --- collectives (schedules in gpumpi.collectives, one executor for all three forms) -------
+    def _root(self, root, call: str) -> int:
+        if type(root) is not int:
+            try:
+                root = root.__index__()
+            except AttributeError:
+                raise TypeError(f"{call}: root must be an integer ({type(root).__name__})") from None
+        if not 0 <= root < self._size:
+            raise error(ERR_ROOT, f"{call}: invalid root ({root}, communicator size {self._size})")
+        return root
+
+    def _coll_prep(self, prep, call: str, args):
+        self._check(call)
+        if self.Is_inter():
+            raise NotImplementedError(f"{call}: collectives on intercommunicators are not supported yet")
+        return prep(self, *args, call)
+
+    def _coll_block(self, prep, call: str, *args) -> None:
+        try:
+            _coll_exec.wait(self._coll_prep(prep, call, args))
+        except MPIException as e:
+            self._raise(e)
+
+    def _coll_req(self, prep, call: str, *args) -> Request:
+        try:
+            c = self._coll_prep(prep, call, args)
+            return Request._of(_coll_exec.start(c), self, None, c)
+        except MPIException as e:
+            self._raise(e)
+
+    def _coll_init(self, prep, call: str, *args, info=None) -> Prequest:
+        try:
+            _info_arg(info, call)
+            c = self._coll_prep(prep, call, args)
+            return Prequest._persistent(lambda c=c: _coll_exec.start(c), self, c)
+        except MPIException as e:
+            self._raise(e)
+
+    def Barrier(self) -> None:
+        """Barrier synchronization (MPI_Barrier)."""
+        return self._coll_block(_calls.barrier, "Barrier")
+
+    def Bcast(self, buf, root: int = 0) -> None:
+        """Broadcast data from one process to all others (MPI_Bcast)."""
+        return self._coll_block(_calls.bcast, "Bcast", buf, root)
+
+    def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Gather data to one process from all processes (MPI_Gather)."""
+        return self._coll_block(_calls.gather, "Gather", False, sendbuf, recvbuf, root)
+
+    def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Gather varying amounts of data to one process (MPI_Gatherv)."""
+        return self._coll_block(_calls.gather, "Gatherv", True, sendbuf, recvbuf, root)
+
+    def Scatter(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Scatter data from one process to all processes (MPI_Scatter)."""
+        return self._coll_block(_calls.scatter, "Scatter", False, sendbuf, recvbuf, root)
+
+    def Scatterv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Scatter varying amounts of data from one process (MPI_Scatterv)."""
+        return self._coll_block(_calls.scatter, "Scatterv", True, sendbuf, recvbuf, root)
+
+    def Allgather(self, sendbuf, recvbuf) -> None:
+        """Gather data from all processes to all processes (MPI_Allgather)."""
+        return self._coll_block(_calls.allgather, "Allgather", False, sendbuf, recvbuf)
+
+    def Allgatherv(self, sendbuf, recvbuf) -> None:
+        """Gather varying amounts of data from all processes to all (MPI_Allgatherv)."""
+        return self._coll_block(_calls.allgather, "Allgatherv", True, sendbuf, recvbuf)
+
+    def Alltoall(self, sendbuf, recvbuf) -> None:
+        """All-to-all scatter/gather (MPI_Alltoall)."""
+        return self._coll_block(_calls.alltoall, "Alltoall", False, sendbuf, recvbuf)
+
+    def Alltoallv(self, sendbuf, recvbuf) -> None:
+        """All-to-all with varying counts and displacements (MPI_Alltoallv)."""
+        return self._coll_block(_calls.alltoall, "Alltoallv", True, sendbuf, recvbuf)
+
+    def Alltoallw(self, sendbuf, recvbuf) -> None:
+        """All-to-all with varying counts, byte displacements and datatypes (MPI_Alltoallw)."""
+        return self._coll_block(_calls.alltoallw, "Alltoallw", sendbuf, recvbuf)
+
+    def Reduce(self, sendbuf, recvbuf, op: Op = SUM, root: int = 0) -> None:
+        """Reduce to root (MPI_Reduce)."""
+        return self._coll_block(_calls.reduce, "Reduce", sendbuf, recvbuf, op, root)
+
+    def Allreduce(self, sendbuf, recvbuf, op: Op = SUM) -> None:
+        """Reduce to all processes (MPI_Allreduce)."""
+        return self._coll_block(_calls.allreduce, "Allreduce", sendbuf, recvbuf, op)
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op: Op = SUM) -> None:
+        """Reduce, then scatter equal blocks of the result (MPI_Reduce_scatter_block)."""
+        return self._coll_block(_calls.reduce_scatter_block, "Reduce_scatter_block", sendbuf, recvbuf, op)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op: Op = SUM) -> None:
+        """Reduce, then scatter blocks of the result by counts (MPI_Reduce_scatter)."""
+        return self._coll_block(_calls.reduce_scatter, "Reduce_scatter", sendbuf, recvbuf, recvcounts, op)
+
+    def Ibarrier(self) -> Request:
+        """Nonblocking barrier synchronization (MPI_IBarrier)."""
+        return self._coll_req(_calls.barrier, "Ibarrier")
+
+    def Ibcast(self, buf, root: int = 0) -> Request:
+        """Nonblocking broadcast data from one process to all others (MPI_IBcast)."""
+        return self._coll_req(_calls.bcast, "Ibcast", buf, root)
+
+    def Igather(self, sendbuf, recvbuf, root: int = 0) -> Request:
+        """Nonblocking gather data to one process from all processes (MPI_IGather)."""
+        return self._coll_req(_calls.gather, "Igather", False, sendbuf, recvbuf, root)
+
+    def Igatherv(self, sendbuf, recvbuf, root: int = 0) -> Request:
+        """Nonblocking gather varying amounts of data to one process (MPI_IGatherv)."""
+        return self._coll_req(_calls.gather, "Igatherv", True, sendbuf, recvbuf, root)
+
+    def Iscatter(self, sendbuf, recvbuf, root: int = 0) -> Request:
+        """Nonblocking scatter data from one process to all processes (MPI_IScatter)."""
+        return self._coll_req(_calls.scatter, "Iscatter", False, sendbuf, recvbuf, root)
+
+    def Iscatterv(self, sendbuf, recvbuf, root: int = 0) -> Request:
+        """Nonblocking scatter varying amounts of data from one process (MPI_IScatterv)."""
+        return self._coll_req(_calls.scatter, "Iscatterv", True, sendbuf, recvbuf, root)
+
+    def Iallgather(self, sendbuf, recvbuf) -> Request:
+        """Nonblocking gather data from all processes to all processes (MPI_IAllgather)."""
+        return self._coll_req(_calls.allgather, "Iallgather", False, sendbuf, recvbuf)
+
+    def Iallgatherv(self, sendbuf, recvbuf) -> Request:
+        """Nonblocking gather varying amounts of data from all processes to all (MPI_IAllgatherv)."""
+        return self._coll_req(_calls.allgather, "Iallgatherv", True, sendbuf, recvbuf)
+
+    def Ialltoall(self, sendbuf, recvbuf) -> Request:
+        """Nonblocking all-to-all scatter/gather (MPI_IAlltoall)."""
+        return self._coll_req(_calls.alltoall, "Ialltoall", False, sendbuf, recvbuf)
+
+    def Ialltoallv(self, sendbuf, recvbuf) -> Request:
+        """Nonblocking all-to-all with varying counts and displacements (MPI_IAlltoallv)."""
+        return self._coll_req(_calls.alltoall, "Ialltoallv", True, sendbuf, recvbuf)
+
+    def Ialltoallw(self, sendbuf, recvbuf) -> Request:
+        """Nonblocking all-to-all with varying counts, byte displacements and datatypes (MPI_IAlltoallw)."""
+        return self._coll_req(_calls.alltoallw, "Ialltoallw", sendbuf, recvbuf)
+
+    def Ireduce(self, sendbuf, recvbuf, op: Op = SUM, root: int = 0) -> Request:
+        """Nonblocking reduce to root (MPI_IReduce)."""
+        return self._coll_req(_calls.reduce, "Ireduce", sendbuf, recvbuf, op, root)
+
+    def Iallreduce(self, sendbuf, recvbuf, op: Op = SUM) -> Request:
+        """Nonblocking reduce to all processes (MPI_IAllreduce)."""
+        return self._coll_req(_calls.allreduce, "Iallreduce", sendbuf, recvbuf, op)
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op: Op = SUM) -> Request:
+        """Nonblocking reduce, then scatter equal blocks of the result (MPI_IReduce_scatter_block)."""
+        return self._coll_req(_calls.reduce_scatter_block, "Ireduce_scatter_block", sendbuf, recvbuf, op)
+
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op: Op = SUM) -> Request:
+        """Nonblocking reduce, then scatter blocks of the result by counts (MPI_IReduce_scatter)."""
+        return self._coll_req(_calls.reduce_scatter, "Ireduce_scatter", sendbuf, recvbuf, recvcounts, op)
+
+    def Barrier_init(self, info=None) -> Prequest:
+        """Persistent barrier synchronization (MPI_Barrier_init)."""
+        return self._coll_init(_calls.barrier, "Barrier_init", info=info)
+
+    def Bcast_init(self, buf, root: int = 0, info=None) -> Prequest:
+        """Persistent broadcast data from one process to all others (MPI_Bcast_init)."""
+        return self._coll_init(_calls.bcast, "Bcast_init", buf, root, info=info)
+
+    def Gather_init(self, sendbuf, recvbuf, root: int = 0, info=None) -> Prequest:
+        """Persistent gather data to one process from all processes (MPI_Gather_init)."""
+        return self._coll_init(_calls.gather, "Gather_init", False, sendbuf, recvbuf, root, info=info)
+
+    def Gatherv_init(self, sendbuf, recvbuf, root: int = 0, info=None) -> Prequest:
+        """Persistent gather varying amounts of data to one process (MPI_Gatherv_init)."""
+        return self._coll_init(_calls.gather, "Gatherv_init", True, sendbuf, recvbuf, root, info=info)
+
+    def Scatter_init(self, sendbuf, recvbuf, root: int = 0, info=None) -> Prequest:
+        """Persistent scatter data from one process to all processes (MPI_Scatter_init)."""
+        return self._coll_init(_calls.scatter, "Scatter_init", False, sendbuf, recvbuf, root, info=info)
+
+    def Scatterv_init(self, sendbuf, recvbuf, root: int = 0, info=None) -> Prequest:
+        """Persistent scatter varying amounts of data from one process (MPI_Scatterv_init)."""
+        return self._coll_init(_calls.scatter, "Scatterv_init", True, sendbuf, recvbuf, root, info=info)
+
+    def Allgather_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        """Persistent gather data from all processes to all processes (MPI_Allgather_init)."""
+        return self._coll_init(_calls.allgather, "Allgather_init", False, sendbuf, recvbuf, info=info)
+
+    def Allgatherv_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        """Persistent gather varying amounts of data from all processes to all (MPI_Allgatherv_init)."""
+        return self._coll_init(_calls.allgather, "Allgatherv_init", True, sendbuf, recvbuf, info=info)
+
+    def Alltoall_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        """Persistent all-to-all scatter/gather (MPI_Alltoall_init)."""
+        return self._coll_init(_calls.alltoall, "Alltoall_init", False, sendbuf, recvbuf, info=info)
+
+    def Alltoallv_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        """Persistent all-to-all with varying counts and displacements (MPI_Alltoallv_init)."""
+        return self._coll_init(_calls.alltoall, "Alltoallv_init", True, sendbuf, recvbuf, info=info)
+
+    def Alltoallw_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        """Persistent all-to-all with varying counts, byte displacements and datatypes (MPI_Alltoallw_init)."""
+        return self._coll_init(_calls.alltoallw, "Alltoallw_init", sendbuf, recvbuf, info=info)
+
+    def Reduce_init(self, sendbuf, recvbuf, op: Op = SUM, root: int = 0, info=None) -> Prequest:
+        """Persistent reduce to root (MPI_Reduce_init)."""
+        return self._coll_init(_calls.reduce, "Reduce_init", sendbuf, recvbuf, op, root, info=info)
+
+    def Allreduce_init(self, sendbuf, recvbuf, op: Op = SUM, info=None) -> Prequest:
+        """Persistent reduce to all processes (MPI_Allreduce_init)."""
+        return self._coll_init(_calls.allreduce, "Allreduce_init", sendbuf, recvbuf, op, info=info)
+
+    def Reduce_scatter_block_init(self, sendbuf, recvbuf, op: Op = SUM, info=None) -> Prequest:
+        """Persistent reduce, then scatter equal blocks of the result (MPI_Reduce_scatter_block_init)."""
+        return self._coll_init(_calls.reduce_scatter_block, "Reduce_scatter_block_init", sendbuf, recvbuf, op, info=info)
+
+    def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None, op: Op = SUM, info=None) -> Prequest:
+        """Persistent reduce, then scatter blocks of the result by counts (MPI_Reduce_scatter_init)."""
+        return self._coll_init(_calls.reduce_scatter, "Reduce_scatter_init", sendbuf, recvbuf, recvcounts, op, info=info)
+
+    # --- lowercase (object) collectives: gpumpi.collectives._lower --------------------------
+    def _ocoll(self, fn, call: str, *args):
+        try:
+            self._check(call)
+            if self.Is_inter():
+                raise NotImplementedError(f"{call}: collectives on intercommunicators are not supported yet")
+            return fn(self, *args, call)
+        except MPIException as e:
+            self._raise(e)
+
+    def barrier(self) -> None:
+        """Barrier synchronization (MPI_Barrier; same as Barrier)."""
+        self.Barrier()
+
+    def bcast(self, obj=None, root: int = 0):
+        """Broadcast a Python object from root (MPI_Bcast of its pickle)."""
+        def bcast(c, o, r, call):
+            r = c._root(r, call)
+            with _commctx.lock(c, "bcast"):  # as mpi4py: threads sharing the communicator take turns
+                return _lower.bcast(c, o, r, call)
+
+        return self._ocoll(bcast, "bcast", obj, root)
+
+    def gather(self, sendobj, root: int = 0):
+        """Gather Python objects to root, a list in rank order there (MPI_Gather of pickles)."""
+        return self._ocoll(lambda c, o, r, call: _lower.gather(c, o, c._root(r, call), call), "gather", sendobj, root)
+
+    def scatter(self, sendobj, root: int = 0):
+        """Scatter a sequence of Python objects from root (MPI_Scatter of pickles)."""
+        return self._ocoll(lambda c, o, r, call: _lower.scatter(c, o, c._root(r, call), call), "scatter", sendobj,
+                           root)
+
+    def allgather(self, sendobj):
+        """Gather Python objects from all, a list in rank order on every rank (MPI_Allgather of pickles)."""
+        return self._ocoll(_lower.allgather, "allgather", sendobj)
+
+    def alltoall(self, sendobj):
+        """Send item ``j`` of a sequence to rank ``j``, receive one from each (MPI_Alltoall of pickles)."""
+        return self._ocoll(_lower.alltoall, "alltoall", sendobj)
+
+    def reduce(self, sendobj, op=SUM, root: int = 0):
+        """Reduce Python objects to root with ``op`` (an Op or a callable), in rank order (MPI_Reduce)."""
+        return self._ocoll(lambda c, o, p, r, call: _lower.reduce(c, o, p, c._root(r, call), call), "reduce",
+                           sendobj, op, root)
+
+    def allreduce(self, sendobj, op=SUM):
+        """Reduce Python objects to all with ``op`` (an Op or a callable), in rank order (MPI_Allreduce)."""
+        return self._ocoll(_lower.allreduce, "allreduce", sendobj, op)
+
     # --- collective plumbing (point-to-point on the collective context) --------------------
     def _ctag(self) -> int:
         self._cseq = (self._cseq + 1) & 0x1FFFFFFF
@@ -1102,129 +1370,37 @@ class Intracomm(Comm):
         except MPIException as e:
             self._raise(e)
 
-    # --- the collectives needed by every program (full set: collectives issue) ------------
-    def Barrier(self) -> None:
-        """Barrier synchronization, dissemination algorithm (MPI_Barrier)."""
-        try:
-            call = "Barrier"
-            self._check(call)
-            n, r = self._size, self._rank
-            tag = self._ctag()
-            k = 1
-            empty = memoryview(b"")
-            while k < n:
-                rx = self._crecv(memoryview(bytearray(0)), (r - k) % n, tag, call)
-                sx = self._csend(empty, (r + k) % n, tag, call)
-                self._cwait([sx, rx])
-                k <<= 1
-        except MPIException as e:
-            self._raise(e)
+    def Scan(self, sendbuf, recvbuf, op: Op = SUM) -> None:
+        """Inclusive prefix reduction (MPI_Scan)."""
+        return self._coll_block(_calls.scan, "Scan", sendbuf, recvbuf, op)
 
-    def _root(self, root, call: str) -> int:
-        if type(root) is not int:
-            try:
-                root = root.__index__()
-            except AttributeError:
-                raise TypeError(f"{call}: root must be an integer ({type(root).__name__})") from None
-        if not 0 <= root < self._size:
-            raise error(ERR_ROOT, f"{call}: invalid root ({root}, communicator size {self._size})")
-        return root
+    def Exscan(self, sendbuf, recvbuf, op: Op = SUM) -> None:
+        """Exclusive prefix reduction (MPI_Exscan)."""
+        return self._coll_block(_calls.exscan, "Exscan", sendbuf, recvbuf, op)
 
-    def _tree(self, root: int, recv, send) -> None:
-        """Binomial-tree broadcast from ``root``: ``recv(parent)`` posts this rank's receive and
-        ``send(child)`` one send (each returns an operation); a rank forwards once it has received."""
-        n, r = self._size, self._rank
-        rel = (r - root) % n
-        mask = 1
-        while mask < n:
-            if rel & mask:
-                self._cwait([recv((rel - mask + root) % n)])
-                break
-            mask <<= 1
-        mask >>= 1
-        xs = []
-        while mask > 0:
-            if rel + mask < n:
-                xs.append(send((rel + mask + root) % n))
-            mask >>= 1
-        self._cwait(xs)
+    def Iscan(self, sendbuf, recvbuf, op: Op = SUM) -> Request:
+        """Nonblocking inclusive prefix reduction (MPI_IScan)."""
+        return self._coll_req(_calls.scan, "Iscan", sendbuf, recvbuf, op)
 
-    def Bcast(self, buf, root: int = 0, *, stream=None) -> None:
-        """Broadcast a buffer from root, binomial tree (MPI_Bcast).
+    def Iexscan(self, sendbuf, recvbuf, op: Op = SUM) -> Request:
+        """Nonblocking exclusive prefix reduction (MPI_IExscan)."""
+        return self._coll_req(_calls.exscan, "Iexscan", sendbuf, recvbuf, op)
 
-        Every step goes through the one buffer path: device buffers move device to device
-        (large messages by a transport's region offer; each rank forwards from its own buffer).
-        A rank whose buffer does not match the root's (size, or type signature as
-        point-to-point checks it) raises ``ERR_TRUNCATE``/``ERR_COUNT``/``ERR_TYPE`` only after
-        it has forwarded what it received, carrying the root's signature: nobody waits on it,
-        and its subtree checks its own buffers against the root's type.
-        """
-        try:
-            call = "Bcast"
-            self._check(call)
-            root = self._root(root, call)
-            m = _msg(buf, self._rank == root, 0, call)
-            tag, ctx, me, w = self._ctag(), self._ctx + 1, self._rank, self._w
-            eng = _rt.ENGINE
-            fwd = [None]  # the root's signature code, forwarded as received
-            bad = []
+    def Scan_init(self, sendbuf, recvbuf, op: Op = SUM, info=None) -> Prequest:
+        """Persistent inclusive prefix reduction (MPI_Scan_init)."""
+        return self._coll_init(_calls.scan, "Scan_init", sendbuf, recvbuf, op, info=info)
 
-            def recv(src):
-                x = _p2p.irecv(m, src, w[src], tag, ctx, call, stream, sig=0)
-                if not x.done:
-                    eng.wait(x)
-                if x.err and x.err != ERR_TRUNCATE:
-                    raise error(x.err, x.errmsg)
-                fwd[0] = x.msig
-                mine = _p2p._sig(m.datatype)
-                if x.err:
-                    bad.append(error(x.err, x.errmsg))
-                elif x.st_nbytes != m.nbytes:
-                    bad.append(error(ERR_COUNT if x.st_nbytes < m.nbytes else ERR_TRUNCATE,
-                                     f"{call}: root sent {x.st_nbytes} bytes, this rank expects {m.nbytes}"))
-                elif x.msig and mine and x.msig != mine and m.nbytes and eng.typecheck:
-                    bad.append(error(ERR_TYPE, f"{call}: type signature mismatch (root {root} sent {m.nbytes} bytes "
-                                               f"of {_sig_name(x.msig)}, this rank receives {_sig_name(mine)})"))
-                return done_xfer()
+    def Exscan_init(self, sendbuf, recvbuf, op: Op = SUM, info=None) -> Prequest:
+        """Persistent exclusive prefix reduction (MPI_Exscan_init)."""
+        return self._coll_init(_calls.exscan, "Exscan_init", sendbuf, recvbuf, op, info=info)
 
-            self._tree(root, recv,
-                       lambda dst: _p2p.isend(m, w[dst], me, tag, ctx, STANDARD, call, stream, sig=fwd[0]))
-            if bad:
-                raise bad[0]
-        except MPIException as e:
-            self._raise(e)
+    def scan(self, sendobj, op=SUM):
+        """Inclusive prefix reduction of Python objects (MPI_Scan)."""
+        return self._ocoll(_lower.scan, "scan", sendobj, op)
 
-    def barrier(self) -> None:
-        """Barrier (object API, same as Barrier)."""
-        self.Barrier()
-
-    def bcast(self, obj=None, root: int = 0):
-        """Broadcast a Python object from root (MPI_Bcast of its pickle)."""
-        try:
-            call = "bcast"
-            self._check(call)
-            root = self._root(root, call)
-            with _commctx.lock(self, "bcast"):  # threads sharing the communicator: one bcast at a time
-                return self._bcast(obj, root, call)
-        except MPIException as e:
-            self._raise(e)
-
-    def _bcast(self, obj, root: int, call: str):
-        tag = self._ctag()
-        if self._rank == root:
-            bufs, _n = _pickle.dumps(obj)
-            data = memoryview(b"".join(bufs))
-            self._tree(root, None, lambda dst: self._csend(data, dst, tag, call))
-            return obj if self._size == 1 else _pickle.loads(bytearray(data))
-        got = []
-
-        def recv(src):
-            x = self._crecv(None, src, tag, call)
-            got.append(x)
-            return x
-
-        self._tree(root, recv, lambda dst: self._csend(memoryview(got[0].mem), dst, tag, call))
-        return _pickle.loads(got[0].mem)
+    def exscan(self, sendobj, op=SUM):
+        """Exclusive prefix reduction of Python objects; None at rank 0 (MPI_Exscan)."""
+        return self._ocoll(lambda c, o, p, call: _lower.scan(c, o, p, call, True), "exscan", sendobj, op)
 
     def Create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag: int = 0):
         """Create an intercommunicator (MPI_Intercomm_create)."""

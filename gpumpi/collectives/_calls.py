@@ -1,0 +1,520 @@
+"""Collective calls (L5): mpi4py's buffer arguments of each collective, parsed and bound to a schedule.
+
+Theory of operation
+===================
+One function per collective family turns the arguments of a call (mpi4py's rules,
+``msgbuffer.pxi`` ``_p_msg_cco``: which rank parses which buffer, ``IN_PLACE``, the count
+and datatype checks of the reductions) into a prepared :class:`~._execute.Coll`: the
+schedule ``select`` builds for (collective, ranks, bytes, memory kind, op traits), and
+the user memory behind the schedule's ``SBUF``/``RBUF``.  The blocking, nonblocking and
+persistent forms in ``comm`` share these functions, so the three validate alike.
+
+Units: data movement counts bytes of the packed stream (the type signatures of the two
+sides agree, their layouts need not); reductions count the op's unit
+(``op.reduce_unit``: a basic element for predefined ops, a whole datatype element for user
+ops), so no split ever cuts an element.  Contiguous user memory is used in place;
+non-contiguous memory is packed into a temporary at start (inputs) and unpacked at the
+end (results).  The vector forms keep their blocks where they are (``Blocks``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._arrays import HOST
+from .._buffers import message_simple, message_vector
+from .._p2p import _sig
+from ..constants import is_in_place
+from ..datatypes._core import Datatype
+from ..datatypes import plan as _plan
+from ..errors import ERR_TYPE, error
+from . import select
+from ._execute import Blocks, Coll, Flat, host_array, packed_in, packed_out
+from .schedule import RBUF, SBUF
+
+_U8 = np.uint8
+_EMPTY = Flat(np.empty(0, _U8), 0, 0)
+
+
+def _prefix(call: str) -> str:
+    return f"{call}: "
+
+
+def _committed(m, call: str):
+    if m is not None and not m.datatype._rec.committed:
+        dt = m.datatype
+        raise error(ERR_TYPE, f"{call}: datatype has not been committed ({dt._rec.name or repr(dt)})")
+    return m
+
+
+def _simple(spec, readonly: bool, rank: int, blocks: int, call: str):
+    return _committed(message_simple(spec, readonly, rank, blocks, call), call)
+
+
+def _vector(spec, readonly: bool, rank: int, blocks: int, call: str):
+    return _committed(message_vector(spec, readonly, rank, blocks, call), call)
+
+
+def _kind(*ms) -> str:
+    """The memory kind a collective runs in: a device kind if any of its buffers is on one."""
+    for m in ms:
+        if m is not None and m.kind != HOST:
+            return m.kind
+    return HOST
+
+
+def _flat(m, nbytes: int) -> Flat:
+    """Contiguous message ``m``: its bytes in place (``nbytes`` of them, all blocks)."""
+    if m.kind == HOST:
+        return Flat(host_array(m)[:nbytes], m.addr + m.lo, nbytes)
+    return Flat(None, m.addr + m.lo, nbytes, m.kind)
+
+
+def _bind(c: Coll, b: int, m, read: bool, write: bool) -> int:
+    """Bind simple message ``m`` (all its blocks) as buffer ``b``; its packed bytes."""
+    n = m.nbytes * m.blocks
+    if m.contiguous or not n:
+        c.bufs[b] = _flat(m, n)
+    elif write:
+        packed_out(c, b, m, m.count * m.blocks, None, 1, inp=read)
+    else:
+        packed_in(c, b, m, m.count * m.blocks, None, 1)
+    return n
+
+
+def _bindv(c: Coll, b: int, m, read: bool, write: bool, counts=None, displs=None, types=None) -> list:
+    """Bind vector message ``m`` as buffer ``b`` (block ``i``: ``counts[i]`` elements at
+    ``displs[i]`` extents, or bytes for ``types``, the per-block datatypes of ``Alltoallw``);
+    the packed bytes per block."""
+    if types is None:
+        counts, displs, dt = m.counts, m.displs, m.datatype
+        types = [dt] * len(counts)
+        addrs = [m.addr + d * dt._extent for d in displs]
+    else:
+        addrs = [m.addr + d for d in displs]
+    sizes = [c_ * t._size for c_, t in zip(counts, types)]
+    if all(t._contig for t, c_ in zip(types, counts) if c_):
+        starts, acc, flats = [], 0, []
+        whole = host_array(m) if m.kind == HOST and m.obj is not None else None
+        base = m.addr + m.lo
+        for a, cnt, t, n in zip(addrs, counts, types, sizes):
+            starts.append(acc)
+            acc += n
+            lo = _plan.plan_for(t, cnt).lo if cnt else 0
+            if m.kind != HOST:
+                flats.append(Flat(None, a + lo, n, m.kind))
+            elif whole is not None:
+                off = a + lo - base
+                flats.append(Flat(whole[off:off + n], a + lo, n))
+            else:  # BOTTOM: absolute addresses
+                from .._arrays import _raw_mem
+
+                flats.append(Flat(np.frombuffer(_raw_mem(a + lo, n, not write, None), _U8) if n else
+                                  np.empty(0, _U8), a + lo, n))
+        c.bufs[b] = Blocks(starts, sizes, flats)
+        return sizes
+    blocks = [(a, cnt, t) for a, cnt, t in zip(addrs, counts, types)]
+    if write:
+        packed_out(c, b, m, 0, blocks, 1, inp=read)
+    else:
+        packed_in(c, b, m, 0, blocks, 1)
+    return sizes
+
+
+def _coll(comm, call: str, coll: str, kind: str, sig: int = 0, op=None, dt=None, unit: int = 1, **kw) -> Coll:
+    sched = select.build(coll, comm._rank, comm._size, unit=unit, memory=kind, **kw)
+    return Coll(comm, call, sched, unit, kind, {}, sig, op, dt)
+
+
+def _sig_of(*ms) -> int:
+    for m in ms:
+        if m is not None:
+            return _sig(m.datatype)
+    return 0
+
+
+def _root(comm, root, call: str) -> int:
+    return comm._root(root, call)
+
+
+# --- data movement -------------------------------------------------------------------------------
+
+
+def barrier(comm, call: str) -> Coll:
+    c = _coll(comm, call, "barrier", HOST)
+    c.bufs[RBUF] = _EMPTY
+    return c
+
+
+def bcast(comm, buf, root, call: str) -> Coll:
+    root = _root(comm, root, call)
+    me = comm._rank == root
+    m = _simple(buf, me, 0, 1, call)
+    n = m.nbytes
+    c = _coll(comm, call, "bcast", m.kind, _sig(m.datatype), root=root, n=n)
+    _bind(c, RBUF, m, read=me, write=not me)
+    c.keep = m
+    return c
+
+
+def gather(comm, v: bool, sendbuf, recvbuf, root, call: str) -> Coll:
+    root = _root(comm, root, call)
+    size, me = comm._size, comm._rank
+    inplace = False
+    r = s = None
+    if me == root:
+        r = _vector(recvbuf, False, root, size, call) if v else _simple(recvbuf, False, root, size, call)
+        if is_in_place(sendbuf):
+            inplace = True
+        else:
+            s = _simple(sendbuf, True, 0, 1, call)
+    else:
+        s = _simple(sendbuf, True, root, 1, call)
+    kind = _kind(r, s)
+    sig = _sig_of(r, s)
+    if me == root:
+        if v:
+            rn = [cnt * r.datatype._size for cnt in r.counts]
+        else:
+            rn = r.nbytes
+        n = (rn[me] if v else rn) if inplace else s.nbytes
+        c = _coll(comm, call, "gatherv" if v else "gather", kind, sig, root=root, n=n, inplace=inplace,
+                  **({"counts": tuple(rn)} if v else {}))
+        if v:
+            _bindv(c, RBUF, r, read=inplace, write=True)
+        else:
+            _bind(c, RBUF, r, read=inplace, write=True)
+    else:
+        c = _coll(comm, call, "gatherv" if v else "gather", kind, sig, root=root, n=s.nbytes, inplace=False)
+    if s is not None:
+        _bind(c, SBUF, s, read=True, write=False)
+    c.keep = (s, r)
+    return c
+
+
+def scatter(comm, v: bool, sendbuf, recvbuf, root, call: str) -> Coll:
+    root = _root(comm, root, call)
+    size, me = comm._size, comm._rank
+    inplace = False
+    r = s = None
+    if me == root:
+        s = _vector(sendbuf, True, root, size, call) if v else _simple(sendbuf, True, root, size, call)
+        if is_in_place(recvbuf):
+            inplace = True
+        else:
+            r = _simple(recvbuf, False, root, 1, call)
+    else:
+        r = _simple(recvbuf, False, root, 1, call)
+    kind = _kind(r, s)
+    sig = _sig_of(r, s)
+    if me == root:
+        sn = [cnt * s.datatype._size for cnt in s.counts] if v else s.nbytes
+        n = (sn[me] if v else sn) if inplace else r.nbytes
+        c = _coll(comm, call, "scatterv" if v else "scatter", kind, sig, root=root, n=n, inplace=inplace,
+                  **({"counts": tuple(sn)} if v else {}))
+        if v:
+            _bindv(c, SBUF, s, read=True, write=False)
+        else:
+            _bind(c, SBUF, s, read=True, write=False)
+    else:
+        c = _coll(comm, call, "scatterv" if v else "scatter", kind, sig, root=root, n=r.nbytes)
+    if r is not None:
+        _bind(c, RBUF, r, read=False, write=True)
+    c.keep = (s, r)
+    return c
+
+
+def allgather(comm, v: bool, sendbuf, recvbuf, call: str) -> Coll:
+    comm._check(call)
+    size = comm._size
+    r = _vector(recvbuf, False, 0, size, call) if v else _simple(recvbuf, False, 0, size, call)
+    inplace = is_in_place(sendbuf)
+    s = None if inplace else _simple(sendbuf, True, 0, 1, call)
+    kind = _kind(r, s)
+    if v:
+        rn = tuple(cnt * r.datatype._size for cnt in r.counts)
+        c = _coll(comm, call, "allgatherv", kind, _sig_of(r), counts=rn, inplace=inplace)
+        _bindv(c, RBUF, r, read=inplace, write=True)
+    else:
+        c = _coll(comm, call, "allgather", kind, _sig_of(r), n=r.nbytes, inplace=inplace)
+        _bind(c, RBUF, r, read=inplace, write=True)
+    if s is not None:
+        _bind(c, SBUF, s, read=True, write=False)
+    c.keep = (s, r)
+    return c
+
+
+def alltoall(comm, v: bool, sendbuf, recvbuf, call: str) -> Coll:
+    comm._check(call)
+    size = comm._size
+    r = _vector(recvbuf, False, 0, size, call) if v else _simple(recvbuf, False, 0, size, call)
+    inplace = is_in_place(sendbuf)
+    s = None if inplace else (_vector(sendbuf, True, 0, size, call) if v else _simple(sendbuf, True, 0, size, call))
+    kind = _kind(r, s)
+    if v:
+        rn = tuple(cnt * r.datatype._size for cnt in r.counts)
+        sn = rn if inplace else tuple(cnt * s.datatype._size for cnt in s.counts)
+        c = _coll(comm, call, "alltoallv", kind, _sig_of(r, s), scounts=sn, rcounts=rn, inplace=inplace)
+        _bindv(c, RBUF, r, read=inplace, write=True)
+        if s is not None:
+            _bindv(c, SBUF, s, read=True, write=False)
+    else:
+        c = _coll(comm, call, "alltoall", kind, _sig_of(r, s), n=r.nbytes, inplace=inplace)
+        _bind(c, RBUF, r, read=inplace, write=True)
+        if s is not None:
+            _bind(c, SBUF, s, read=True, write=False)
+    c.keep = (s, r)
+    return c
+
+
+def _wspec(spec, readonly: bool, blocks: int, call: str):
+    """mpi4py's ``message_vector_w``: ``(message over the buffer, counts, byte displs, types)``."""
+    from .._buffers import _chkarray
+    from ..constants import is_bottom
+
+    if not isinstance(spec, (list, tuple)):
+        raise TypeError(f"{_prefix(call)}message: expecting a list or tuple (got {type(spec).__name__})")
+    nargs = len(spec)
+    if nargs == 2:
+        o_buf, o_types = spec
+        o_counts = o_displs = None
+    elif nargs == 3:
+        o_buf, (o_counts, o_displs), o_types = spec
+    elif nargs == 4:
+        o_buf, o_counts, o_displs, o_types = spec
+    else:
+        raise ValueError(f"{_prefix(call)}message: expecting 2 to 4 items")
+    if is_bottom(o_buf):
+        if o_counts is None:
+            raise ValueError(f"{_prefix(call)}message: BOTTOM requires counts")
+        if o_displs is None:
+            raise ValueError(f"{_prefix(call)}message: BOTTOM requires displs")
+    if o_counts is None and o_displs is None:
+        counts, displs = (1,) * blocks, (0,) * blocks
+    else:
+        counts = _chkarray(o_counts, blocks, call)
+        displs = _chkarray(o_displs, blocks, call)
+    if isinstance(o_types, Datatype):
+        types = (o_types,) * blocks
+    else:
+        types = tuple(o_types)
+        if len(types) != blocks:
+            raise ValueError(f"{_prefix(call)}expecting {blocks} items, got {len(types)}")
+        for t in types:
+            if not isinstance(t, Datatype):
+                raise TypeError(f"{_prefix(call)}expecting a Datatype (got {type(t).__name__})")
+    for t in types:
+        if t._size is None or t._rec.freed:
+            raise error(ERR_TYPE, f"{call}: invalid datatype ({t!r})")
+        if not t._rec.committed:
+            raise error(ERR_TYPE, f"{call}: datatype has not been committed ({t._rec.name or repr(t)})")
+    for cnt in counts:
+        if cnt < 0:
+            raise ValueError(f"{_prefix(call)}message: negative count {cnt}")
+    # the buffer: parsed as bytes, so every block can be checked against it
+    m = message_simple([o_buf, 0, _byte()] if is_bottom(o_buf) else o_buf if isinstance(o_buf, (bytes, bytearray, memoryview)) else
+                       [o_buf, _byte()], readonly, 0, 1, call) if not is_bottom(o_buf) else None
+    if m is not None:
+        for i, (cnt, d, t) in enumerate(zip(counts, displs, types)):
+            if cnt:
+                p = _plan.plan_for(t, cnt)
+                if d + p.lo < 0 or d + p.hi > m.nbytes:
+                    raise ValueError(f"{_prefix(call)}message: block {i} (count {cnt}, displacement {d} bytes) "
+                                     f"needs bytes [{d + p.lo}, {d + p.hi}), buffer length {m.nbytes}")
+    return m, counts, displs, types
+
+
+def _byte():
+    from ..datatypes.predefined import BYTE
+
+    return BYTE
+
+
+def _bottom_msg(kind=HOST):
+    from .._buffers import Msg
+
+    m = Msg()
+    m.obj = m._view = m._mem = None
+    m.addr, m.count, m.datatype, m.nbytes, m.span, m.lo = 0, 0, _byte(), 0, 0, 0
+    m.blocks, m.kind, m.contiguous = 1, kind, True
+    return m
+
+
+def alltoallw(comm, sendbuf, recvbuf, call: str) -> Coll:
+    comm._check(call)
+    size = comm._size
+    r, rc, rd, rt = _wspec(recvbuf, False, size, call)
+    inplace = is_in_place(sendbuf)
+    if r is None:
+        r = _bottom_msg()
+    if inplace:
+        s, sc, sd, st = None, rc, rd, rt
+    else:
+        s, sc, sd, st = _wspec(sendbuf, True, size, call)
+        if s is None:
+            s = _bottom_msg()
+    kind = _kind(r, s)
+    rn = tuple(cnt * t._size for cnt, t in zip(rc, rt))
+    sn = tuple(cnt * t._size for cnt, t in zip(sc, st))
+    c = _coll(comm, call, "alltoallv", kind, 0, scounts=sn, rcounts=rn, inplace=inplace)
+    _bindv(c, RBUF, r, read=inplace, write=True, counts=rc, displs=rd, types=rt)
+    if s is not None:
+        _bindv(c, SBUF, s, read=True, write=False, counts=sc, displs=sd, types=st)
+    c.keep = (s, r)
+    return c
+
+
+# --- reductions ----------------------------------------------------------------------------------
+
+
+def _op_arg(op, call: str):
+    from ..op import Op
+
+    if not isinstance(op, Op):
+        raise TypeError(f"{call}: op must be an Op (got {type(op).__name__})")
+    return op
+
+
+def _chk_cro(s, r, call: str) -> None:
+    """mpi4py's ``chk_cro_args``: send and receive agree in datatype and count."""
+    if s.datatype is not r.datatype and s.datatype != r.datatype:
+        raise ValueError(f"{_prefix(call)}mismatch in send and receive MPI datatypes")
+    if s.count != r.count:
+        raise ValueError(f"{_prefix(call)}mismatch in send count {s.count} and receive count {r.count}")
+
+
+def _red(comm, call: str, coll: str, op, dt, count: int, kind: str, sig: int, **kw) -> Coll:
+    from ..op import check_op, reduce_unit
+
+    check_op(op, dt, call)
+    unit, per = reduce_unit(op, dt)
+    n = count * per
+    c = _coll(comm, call, coll, kind, sig, op, dt, unit, n=n, commute=op._commute, **kw)
+    return c
+
+
+def _bind_red(c: Coll, b: int, m, read: bool, write: bool, kind: str) -> None:
+    """Bind a reduction buffer: contiguous memory of the run's kind in place, else a packed temporary."""
+    if m.kind != kind:  # host memory in a device reduction: through a temporary in device memory
+        if write:
+            packed_out(c, b, m, m.count * m.blocks, None, c.unit, inp=read)
+        else:
+            packed_in(c, b, m, m.count * m.blocks, None, c.unit)
+        return
+    _bind(c, b, m, read, write)
+
+
+def reduce(comm, sendbuf, recvbuf, op, root, call: str) -> Coll:
+    root = _root(comm, root, call)
+    op = _op_arg(op, call)
+    me = comm._rank == root
+    inplace = False
+    r = s = None
+    if me:
+        r = _simple(recvbuf, False, root, 1, call)
+        if is_in_place(sendbuf):
+            inplace = True
+        else:
+            s = _simple(sendbuf, True, root, 1, call)
+            _chk_cro(s, r, call)
+    else:
+        s = _simple(sendbuf, True, root, 1, call)
+    m = r if r is not None else s
+    kind = _kind(r, s)
+    c = _red(comm, call, "reduce", op, m.datatype, m.count, kind, _sig(m.datatype), root=root, inplace=inplace)
+    if r is not None:
+        _bind_red(c, RBUF, r, read=inplace, write=True, kind=kind)
+    if s is not None:
+        _bind_red(c, SBUF, s, read=True, write=False, kind=kind)
+    c.keep = (s, r)
+    return c
+
+
+def allreduce(comm, sendbuf, recvbuf, op, call: str, coll: str = "allreduce") -> Coll:
+    comm._check(call)
+    op = _op_arg(op, call)
+    r = _simple(recvbuf, False, 0, 1, call)
+    inplace = is_in_place(sendbuf)
+    s = None
+    if not inplace:
+        s = _simple(sendbuf, True, 0, 1, call)
+        _chk_cro(s, r, call)
+    kind = _kind(r, s)
+    c = _red(comm, call, coll, op, r.datatype, r.count, kind, _sig(r.datatype), inplace=inplace)
+    _bind_red(c, RBUF, r, read=inplace, write=True, kind=kind)
+    if s is not None:
+        _bind_red(c, SBUF, s, read=True, write=False, kind=kind)
+    c.keep = (s, r)
+    return c
+
+
+def scan(comm, sendbuf, recvbuf, op, call: str) -> Coll:
+    return allreduce(comm, sendbuf, recvbuf, op, call, "scan")
+
+
+def exscan(comm, sendbuf, recvbuf, op, call: str) -> Coll:
+    return allreduce(comm, sendbuf, recvbuf, op, call, "exscan")
+
+
+def reduce_scatter_block(comm, sendbuf, recvbuf, op, call: str) -> Coll:
+    comm._check(call)
+    op = _op_arg(op, call)
+    size = comm._size
+    inplace = is_in_place(sendbuf)
+    s = None
+    if inplace:
+        r = _simple(recvbuf, False, 0, size, call)
+        count = r.count
+    else:
+        r = _simple(recvbuf, False, 0, 1, call)
+        s = _simple(sendbuf, True, 0, size, call)
+        _chk_cro(s, r, call)
+        count = r.count
+    kind = _kind(r, s)
+    c = _red(comm, call, "reduce_scatter_block", op, r.datatype, count, kind, _sig(r.datatype), inplace=inplace)
+    _bind_red(c, RBUF, r, read=inplace, write=True, kind=kind)
+    if s is not None:
+        _bind_red(c, SBUF, s, read=True, write=False, kind=kind)
+    c.keep = (s, r)
+    return c
+
+
+def reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call: str) -> Coll:
+    from .._buffers import _chkarray
+
+    comm._check(call)
+    op = _op_arg(op, call)
+    size, me = comm._size, comm._rank
+    r = _simple(recvbuf, False, 0, 1, call)
+    inplace = is_in_place(sendbuf)
+    s = None if inplace else _simple(sendbuf, True, 0, 1, call)
+    if recvcounts is None and not inplace:
+        counts = tuple(v[0] for v in comm._allgather_ints((r.count,), call))
+    elif recvcounts is None:
+        raise ValueError(f"{_prefix(call)}recvcounts is required with IN_PLACE")
+    else:
+        counts = tuple(_chkarray(recvcounts, size, call))
+    total = sum(counts)
+    if s is not None:
+        if s.datatype is not r.datatype and s.datatype != r.datatype:
+            raise ValueError(f"{_prefix(call)}mismatch in send and receive MPI datatypes")
+        if s.count != total:
+            raise ValueError(f"{_prefix(call)}mismatch in send count {s.count} and sum(counts) {total}")
+        if r.count != counts[me]:
+            raise ValueError(f"{_prefix(call)}mismatch in receive count {r.count} and counts[{me}] {counts[me]}")
+    elif r.count != total:
+        raise ValueError(f"{_prefix(call)}mismatch in receive count {r.count} and sum(counts) {total}")
+    from ..op import check_op, reduce_unit
+
+    check_op(op, r.datatype, call)
+    unit, per = reduce_unit(op, r.datatype)
+    sched = select.build("reduce_scatter", me, size, counts=tuple(k * per for k in counts), commute=op._commute,
+                         inplace=inplace, unit=unit, memory=_kind(r, s))
+    kind = _kind(r, s)
+    c = Coll(comm, call, sched, unit, kind, {}, _sig(r.datatype), op, r.datatype)
+    _bind_red(c, RBUF, r, read=inplace, write=True, kind=kind)
+    if s is not None:
+        _bind_red(c, SBUF, s, read=True, write=False, kind=kind)
+    c.keep = (s, r)
+    return c
+

@@ -1,0 +1,280 @@
+"""Lowercase (object) collectives (L5): ``bcast``, ``gather``, ``scatter``, ``allgather``,
+``alltoall``, ``reduce``, ``allreduce``, ``scan``, ``exscan``.
+
+Theory of operation
+===================
+Objects travel as gpumpi's object messages (``_objects``: mpi4py's pickle stream; arrays
+inside it out of band, device arrays device to device as parts of their own) on the
+communicator's collective context, one tag per call (taken in call order, as every
+rank calls collectives in the same order).  The message sizes are not known in advance,
+so these are point-to-point algorithms over dynamically sized receives, as mpi4py's own
+(``msgpickle.pxi``): a binomial tree for ``bcast``; linear ``gather``/``scatter`` (the
+root posts all its receives/sends at once); ``allgather`` and ``alltoall`` by every rank
+posting its sends and receives at once; ``reduce`` by mpi4py's binomial tree to rank 0
+in rank order (``op(lower, higher)``), then to the root; ``allreduce`` as reduce + bcast;
+``scan``/``exscan`` by mpi4py's recursive doubling.  Results are copies, as in mpi4py
+(the root of a ``bcast`` gets the object back through pickle, a one-rank ``reduce`` a
+copy).
+
+The array fast path: where both operands of a reduction step are arrays of the same
+dtype, shape and memory (NumPy, or device arrays: CuPy, Numba, simulated) and ``op`` is a
+predefined arithmetic or logical ``Op``, the step runs ``op.reduce_packed`` on their
+memory -- a device kernel for device arrays, which never leave the device -- instead
+of calling ``op(x, y)`` on Python objects.
+"""
+
+from __future__ import annotations
+
+from .. import _objects
+from .. import _pickle
+from .. import _runtime as _rt
+from ..errors import error
+
+_STANDARD = 0
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+
+def _isend(comm, obj, dest: int, tag: int, call: str):
+    return _objects.isend(obj, dest, comm._w, comm._rank, tag, comm._ctx + 1, _STANDARD, call)
+
+
+def _irecv(comm, src: int, tag: int, call: str):
+    return _objects.irecv(src, tag, comm._w, comm._ctx + 1, call, True)
+
+
+def _wait(xs) -> None:
+    eng = _rt.ENGINE
+    for x in xs:
+        if x is None:
+            continue
+        if not x.done:
+            eng.wait(x)
+        if x.err:
+            raise error(x.err, x.errmsg)
+
+
+def _load(comm, x, call: str):
+    _wait([x])
+    return _objects.load(x, call, comm._w, comm._ctx + 1)
+
+
+def _send(comm, obj, dest: int, tag: int, call: str) -> None:
+    _wait([_isend(comm, obj, dest, tag, call)])
+
+
+def _recv(comm, src: int, tag: int, call: str):
+    return _load(comm, _irecv(comm, src, tag, call), call)
+
+
+def _sendrecv(comm, obj, peer: int, tag: int, call: str):
+    r = _irecv(comm, peer, tag, call)
+    s = _isend(comm, obj, peer, tag, call)
+    _wait([s])
+    return _load(comm, r, call)
+
+
+def _copy(obj):
+    bufs, _n = _pickle.dumps(obj)
+    return _pickle.loads(bytearray(b"".join(bufs)))
+
+
+# --- data movement -------------------------------------------------------------------------------
+
+
+def bcast(comm, obj, root: int, call: str):
+    tag = comm._ctag()
+    n, r = comm._size, comm._rank
+    rel = (r - root) % n
+    if rel == 0:
+        got = _copy(obj)
+    mask = 1
+    while mask < n:  # receive from the parent
+        if rel & mask:
+            got = _recv(comm, (rel - mask + root) % n, tag, call)
+            break
+        mask <<= 1
+    mask >>= 1
+    xs = []
+    payload = obj if rel == 0 else got
+    while mask > 0:  # forward to the children
+        if rel + mask < n:
+            xs.append(_isend(comm, payload, (rel + mask + root) % n, tag, call))
+        mask >>= 1
+    _wait(xs)
+    return got
+
+
+def gather(comm, obj, root: int, call: str):
+    tag = comm._ctag()
+    n, r = comm._size, comm._rank
+    if r != root:
+        _send(comm, obj, root, tag, call)
+        return None
+    xs = [None if p == r else _irecv(comm, p, tag, call) for p in range(n)]
+    return [_copy(obj) if p == r else _load(comm, xs[p], call) for p in range(n)]
+
+
+def _items(obj, n: int, call: str) -> list:
+    if obj is None:
+        raise TypeError(f"{call}: expecting a sequence of {n} items (got None)")
+    try:
+        items = list(obj)
+    except TypeError:
+        raise TypeError(f"{call}: expecting a sequence of {n} items (got {type(obj).__name__})") from None
+    if len(items) != n:
+        raise ValueError(f"{call}: expecting {n} items, got {len(items)}")
+    return items
+
+
+def scatter(comm, obj, root: int, call: str):
+    tag = comm._ctag()
+    n, r = comm._size, comm._rank
+    if r != root:
+        return _recv(comm, root, tag, call)
+    items = _items(obj, n, call)
+    xs = [_isend(comm, items[p], p, tag, call) for p in range(n) if p != r]
+    _wait(xs)
+    return _copy(items[r])
+
+
+def allgather(comm, obj, call: str):
+    tag = comm._ctag()
+    n, r = comm._size, comm._rank
+    rs = [None if p == r else _irecv(comm, p, tag, call) for p in range(n)]
+    ss = [_isend(comm, obj, p, tag, call) for p in range(n) if p != r]
+    _wait(ss)
+    return [_copy(obj) if p == r else _load(comm, rs[p], call) for p in range(n)]
+
+
+def alltoall(comm, obj, call: str):
+    n, r = comm._size, comm._rank
+    items = _items(obj, n, call)
+    tag = comm._ctag()
+    rs = [None if p == r else _irecv(comm, p, tag, call) for p in range(n)]
+    ss = [_isend(comm, items[p], p, tag, call) for p in range(n) if p != r]
+    _wait(ss)
+    return [_copy(items[r]) if p == r else _load(comm, rs[p], call) for p in range(n)]
+
+
+# --- reductions ----------------------------------------------------------------------------------
+
+
+def _apply(op, x, y):
+    """``x op y`` (``x`` from the lower ranks): the array fast path where it applies, else
+    ``op(x, y)`` as mpi4py calls it."""
+    from ..op import Op
+
+    if isinstance(op, Op):
+        z = _array_step(op, x, y)
+        if z is not None:
+            return z
+    return op(x, y)
+
+
+_FAST = {"SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR"}
+
+
+def _array_step(op, x, y):
+    """``x op y`` on the arrays' memory (module docstring), or None where it does not apply."""
+    import numpy as np
+
+    from .. import _backends
+    from .._arrays import HOST, as_buffer, datatype_of
+
+    if getattr(op, "_name", None) not in _FAST or type(x) is not type(y):
+        return None
+    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+    if shape is None or dtype is None or shape != getattr(y, "shape", None) or dtype != getattr(y, "dtype", None):
+        return None
+    try:
+        vx, vy = as_buffer(x, True), as_buffer(y, True)
+        dt = datatype_of(vy)
+    except Exception:  # noqa: BLE001 - not a contiguous array gpumpi reads: op(x, y) decides
+        return None
+    if vx.kind != vy.kind or vx.nbytes != vy.nbytes:
+        return None
+    from ..op import check_op, reduce_packed, reduce_unit
+
+    try:
+        check_op(op, dt, "reduce")
+    except Exception:  # noqa: BLE001 - not defined for the type: op(x, y) decides, as in mpi4py
+        return None
+    unit, _per = reduce_unit(op, dt)
+    nunits = vy.nbytes // unit
+    if vy.kind == HOST:
+        if type(y) is not np.ndarray:
+            return None
+        z = np.array(y, copy=True, order="C")
+        reduce_packed(op, dt, nunits, np.frombuffer(vx.mem, np.uint8), z.reshape(-1).view(np.uint8), HOST)
+        return z
+    name = _backends.device_kind(type(y))
+    if name is None:
+        return None
+    z = _backends.BACKENDS[name].empty(type(y), shape, dtype, "C")
+    vz = as_buffer(z, False)
+    from .. import _device
+
+    ad = _device.adapter_for(vy.kind)
+    s = _rt.ENGINE.copy_stream(ad)
+    ad.memcpy(vz.addr, vy.addr, vy.nbytes, s)
+    ad.stream_synchronize(s)
+    reduce_packed(op, dt, nunits, vx.addr, vz.addr, vy.kind, s)
+    return z
+
+
+def _check_root(comm, root, call: str) -> int:
+    return comm._root(root, call)
+
+
+def reduce(comm, obj, op, root: int, call: str):
+    tag = comm._ctag()
+    n, r = comm._size, comm._rank
+    result = _copy(obj)
+    mask = 1
+    while mask < n:
+        if mask & r:
+            _send(comm, result, r & ~mask, tag, call)
+            break
+        peer = r | mask
+        if peer < n:
+            result = _apply(op, result, _recv(comm, peer, tag, call))
+        mask <<= 1
+    if root != 0:
+        if r == 0:
+            _send(comm, result, root, tag, call)
+        elif r == root:
+            result = _recv(comm, 0, tag, call)
+    return result if r == root else None
+
+
+def allreduce(comm, obj, op, call: str):
+    return bcast(comm, reduce(comm, obj, op, 0, call), 0, call)
+
+
+def scan(comm, obj, op, call: str, exclusive: bool = False):
+    tag = comm._ctag()
+    n, r = comm._size, comm._rank
+    result = _copy(obj)
+    partial = result
+    have = False  # exscan: whether result holds anything yet
+    mask = 1
+    while mask < n:
+        peer = r ^ mask
+        if peer < n:
+            got = _sendrecv(comm, partial, peer, tag, call)
+            if r > peer:
+                partial = _apply(op, got, partial)
+                if not exclusive:
+                    result = _apply(op, got, result)
+                elif not have:
+                    result, have = got, True
+                else:
+                    result = _apply(op, got, result)
+            else:
+                partial = _apply(op, partial, got)
+        mask <<= 1
+    if exclusive and r == 0:
+        return None
+    return result
