@@ -176,6 +176,8 @@ def simulate(schedules, buffers, op=None, new=None):
             if left:
                 continue
             for st in rounds[pos[r]]:
+                if st[0] in (RED, COPY) and st[1] == st[3] and st[2] < st[4] + st[5] and st[4] < st[2] + st[5]:
+                    raise ScheduleError(f"rank {r}: {st[0]} between overlapping ranges of buffer {st[1]} ({st})")
                 if st[0] == RED:
                     _, sb, slo, db, dlo, k, src_left = st
                     a = list(_rng(bufs[r], sb, slo, slo + k, r, "RED src"))

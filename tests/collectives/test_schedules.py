@@ -460,6 +460,49 @@ def test_deterministic_and_pure(size):
                         assert s_[5] > 0  # no empty local steps
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
+def test_send_buffer_is_read_only(size):
+    for coll, alg, kw in all_calls(size):
+        for r in range(size):
+            for s_ in select.build(coll, r, size, algorithm=alg, **dict(kw)).steps():
+                if s_[0] == RECV:
+                    assert s_[2] != SBUF, (coll, alg, s_)
+                elif s_[0] in (RED, COPY):
+                    assert s_[3] != SBUF, (coll, alg, s_)
+
+
+def _user_ranges(s_):
+    if s_[0] in (SEND, RECV):
+        return [(s_[2], s_[3], s_[4])]
+    return [(s_[1], s_[2], s_[2] + s_[5]), (s_[3], s_[4], s_[4] + s_[5])]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_vector_forms_keep_blocks(size, inplace):
+    """Builders of gatherv/scatterv/allgatherv/alltoallv never cross or split a block of SBUF or RBUF."""
+    for pattern in count_patterns(size):
+        offs = list(itertools.accumulate([0] + pattern))
+        sym = [[pattern[max(i, j)] for j in range(size)] for i in range(size)]
+        for r in range(size):
+            calls = [("gatherv", dict(root=0, n=pattern[r], counts=pattern, inplace=inplace and r == 0),
+                      {SBUF: [0, pattern[r]], RBUF: offs}),
+                     ("scatterv", dict(root=0, n=pattern[r], counts=pattern, inplace=inplace and r == 0),
+                      {SBUF: offs, RBUF: [0, pattern[r]]}),
+                     ("allgatherv", dict(counts=pattern, inplace=inplace), {SBUF: [0, pattern[r]], RBUF: offs})]
+            so = list(itertools.accumulate([0] + sym[r]))
+            calls.append(("alltoallv", dict(scounts=sym[r], rcounts=sym[r], inplace=inplace), {SBUF: so, RBUF: so}))
+            for coll, kw, blocks in calls:
+                if coll in ("gatherv", "scatterv") and r != 0:
+                    kw["counts"] = None
+                for s_ in select.build(coll, r, size, **kw).steps():
+                    for b, lo, hi in _user_ranges(s_):
+                        if b in blocks and hi > lo:
+                            edges = blocks[b]
+                            assert any(edges[i] <= lo and hi <= edges[i + 1] for i in range(len(edges) - 1)), \
+                                (coll, r, s_)
+
+
 def test_no_zero_messages_outside_barrier():
     for size in (1, 3, 4, 7):
         for coll, alg, kw in all_calls(size):
@@ -577,6 +620,8 @@ def test_simulate_rejects_round_hazards():
     with pytest.raises(ScheduleError, match="deadlock"):
         simulate([Schedule([[(RECV, 1, RBUF, 0, 1)]]), Schedule([[(RECV, 0, RBUF, 0, 1)]])],
                  [{RBUF: [0]}, {RBUF: [0]}])
+    with pytest.raises(ScheduleError, match="overlapping"):
+        simulate([Schedule([[(COPY, RBUF, 0, RBUF, 1, 2)]])], [{RBUF: [1, 2, 3]}])
     with pytest.raises(TypeError):  # a temporary read before it is written
         s0 = Schedule([[(RED, 2, 0, RBUF, 0, 1, True)]], tmp=(1,))
         simulate([s0], [{RBUF: ["a"]}], op=NonComm.op)
