@@ -184,12 +184,12 @@ def halving(s: Schedule, v: int, p: int, r: int, offs, acc, rtmp) -> list:
 
 
 def halving_tmp_units(p: int, offs) -> int:
-    """Units the receive temporary of ``halving`` needs at any virtual rank."""
-    best = 0
-    for v in range(p):
-        for lo, hi in halving_windows(v, p)[1:]:
-            best = max(best, offs[hi] - offs[lo])
-    return best
+    """Units the receive temporary of ``halving`` needs at any virtual rank.
+
+    The largest window kept is a first-step half of ``p // 2`` pieces, and the pieces are
+    largest first, so the lower half ``[0, p // 2)`` is the most.
+    """
+    return offs[p // 2]
 
 
 def split_at(a: int, b: int, w: int):

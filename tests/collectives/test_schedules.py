@@ -625,3 +625,48 @@ def test_simulate_rejects_round_hazards():
     with pytest.raises(TypeError):  # a temporary read before it is written
         s0 = Schedule([[(RED, 2, 0, RBUF, 0, 1, True)]], tmp=(1,))
         simulate([s0], [{RBUF: ["a"]}], op=NonComm.op)
+
+
+# --------------------------------------------------------------------------- the shape of the algorithms
+
+def shape(coll, size, **kw):
+    """(most communication rounds at a rank, most units a rank sends)."""
+    rounds = sent = 0
+    for r in range(size):
+        s = select.build(coll, r, size, **kw)
+        rounds = max(rounds, sum(1 for rd in s.rounds if any(x[0] in (SEND, RECV) for x in rd)))
+        sent = max(sent, sum(x[4] - x[3] for x in s.steps() if x[0] == SEND))
+    return rounds, sent
+
+
+def log2c(size):
+    return (size - 1).bit_length()
+
+
+@pytest.mark.parametrize("size", [2, 4, 8, 16])
+def test_shape_power_of_two(size):
+    n = 64 * size
+    assert shape("barrier", size, algorithm="dissemination")[0] == log2c(size)
+    assert shape("allreduce", size, n=n, algorithm="recursive_doubling") == (log2c(size), n * log2c(size))
+    assert shape("allreduce", size, n=n, algorithm="rabenseifner") == (2 * log2c(size), 2 * n * (size - 1) // size)
+    assert shape("allreduce", size, n=n, algorithm="ring") == (2 * (size - 1), 2 * n * (size - 1) // size)
+    assert shape("allgather", size, n=n, algorithm="recursive_doubling") == (log2c(size), n * (size - 1))
+    assert shape("allgather", size, n=n, algorithm="bruck") == (log2c(size), n * (size - 1))
+    assert shape("alltoall", size, n=n, algorithm="bruck") == (log2c(size), n * size // 2 * log2c(size))
+    assert shape("alltoall", size, n=n, algorithm="pairwise") == (size - 1, n * (size - 1))
+    assert shape("scan", size, n=n)[0] == log2c(size)
+    # scatter-allgather moves at most 2n through a rank, the binomial root n per child
+    assert shape("bcast", size, n=n, algorithm="scatter_allgather")[1] <= 2 * n
+    assert shape("reduce", size, n=n, algorithm="rabenseifner")[1] <= 2 * n
+
+
+@pytest.mark.parametrize("size", [3, 5, 6, 7, 12, 13])
+def test_shape_other_sizes(size):
+    n = 60 * size
+    p = 1 << (size.bit_length() - 1)
+    assert shape("barrier", size, algorithm="dissemination")[0] == log2c(size)
+    # the fold: two more rounds, one more full-size message
+    assert shape("allreduce", size, n=n, algorithm="recursive_doubling")[0] == log2c(p) + 2
+    assert shape("allgather", size, n=n, algorithm="bruck")[0] == log2c(size)
+    assert shape("alltoall", size, n=n, algorithm="bruck")[0] == log2c(size)
+    assert shape("allreduce", size, n=n, algorithm="ring")[1] <= 2 * n
