@@ -152,7 +152,7 @@ def simulate(schedules, buffers, op=None, new=None):
     pos = [0] * n  # the round each rank is in
     pending = [None] * n  # receives of the current round still unmatched: list of [peer, buf, lo, hi]
     for r in range(n):
-        pending[r] = _post(r, schedules[r], 0, bufs, queues)
+        pending[r] = _post(r, schedules[r], 0, bufs, queues) if schedules[r].rounds else []
     while True:
         moved = False
         for r in range(n):
@@ -176,6 +176,8 @@ def simulate(schedules, buffers, op=None, new=None):
             if left:
                 continue
             for st in rounds[pos[r]]:
+                if st[0] in (RED, COPY) and st[1] == st[3] and st[2] < st[4] + st[5] and st[4] < st[2] + st[5]:
+                    raise ScheduleError(f"rank {r}: {st[0]} between overlapping ranges of buffer {st[1]} ({st})")
                 if st[0] == RED:
                     _, sb, slo, db, dlo, k, src_left = st
                     a = list(_rng(bufs[r], sb, slo, slo + k, r, "RED src"))
@@ -201,15 +203,26 @@ def simulate(schedules, buffers, op=None, new=None):
 
 def _post(r, sched, k, bufs, queues):
     recvs = []
+    sends = []
     for st in sched.rounds[k]:
         if st[0] == SEND:
             _, peer, b, lo, hi = st
             if peer == r:
                 raise ScheduleError(f"rank {r}: sends to itself (use COPY)")
             queues.setdefault((r, peer), []).append(list(_rng(bufs[r], b, lo, hi, r, "SEND")))
+            sends.append((b, lo, hi))
         elif st[0] == RECV:
             _, peer, b, lo, hi = st
             if peer == r:
                 raise ScheduleError(f"rank {r}: receives from itself (use COPY)")
+            _rng(bufs[r], b, lo, hi, r, "RECV")
             recvs.append((peer, b, lo, hi))
+    # The executor posts a round's messages at once: a receive may not land in memory that
+    # the same round sends from or that another of its receives lands in.
+    for i, (_, b, lo, hi) in enumerate(recvs):
+        others = sends + [(rb, rlo, rhi) for _, rb, rlo, rhi in recvs[i + 1:]]
+        for ob, olo, ohi in others:
+            if ob == b and lo < ohi and olo < hi:
+                raise ScheduleError(f"rank {r}: round {k} receives into buffer {b} [{lo}, {hi}), "
+                                    f"which the same round also sends from or receives into [{olo}, {ohi})")
     return recvs
