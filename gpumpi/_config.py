@@ -85,6 +85,7 @@ class Config:
     faulthandler: bool = True
     pickle_protocol: int | None = None
     pickle_threshold: int = 262144
+    coll_algorithms: tuple = ()  # ((collective, algorithm), ...) from GPUMPI_COLL_ALGORITHM
 
     @property
     def launched(self) -> bool:
@@ -156,7 +157,28 @@ def _read(env) -> Config:
         faulthandler=_bool(env, "GPUMPI_FAULTHANDLER", True),
         pickle_protocol=_int(env, "MPI4PY_PICKLE_PROTOCOL", 0) if env.get("MPI4PY_PICKLE_PROTOCOL") else None,
         pickle_threshold=_int(env, "MPI4PY_PICKLE_THRESHOLD", 262144),
+        coll_algorithms=parse_coll_algorithms(env.get("GPUMPI_COLL_ALGORITHM", "")),
     )
+
+
+def parse_coll_algorithms(text: str) -> tuple:
+    """``GPUMPI_COLL_ALGORITHM`` (``"allreduce:ring,bcast:binomial"``) as ``((coll, algorithm), ...)``.
+
+    Forces the algorithm of those collectives on every call (the names are checked against
+    ``gpumpi.collectives.select.ALGORITHMS`` when a collective first runs); every rank of a
+    job must set the same value.
+    """
+    out = []
+    for item in text.replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        coll, sep, algo = item.partition(":")
+        coll, algo = coll.strip().lower(), algo.strip().lower()
+        if not sep or not coll or not algo:
+            raise ValueError(f"gpumpi: GPUMPI_COLL_ALGORITHM items are collective:algorithm ({item!r})")
+        out.append((coll, algo))
+    return tuple(out)
 
 
 #: the transports of each memory kind, in the default order of preference; the last of each

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _config
 from .._arrays import HOST
 from .._buffers import message_simple, message_vector
 from .._p2p import _sig
@@ -121,8 +122,28 @@ def _bindv(c: Coll, b: int, m, read: bool, write: bool, counts=None, displs=None
     return sizes
 
 
+_SCHEDS: dict = {}  # the schedules of recent calls (a schedule is never modified once built)
+_SCHEDS_MAX = 512
+
+
+def _schedule(coll: str, rank: int, size: int, **kw):
+    """``select.build``, remembered: a program repeats the same few calls."""
+    key = (coll, rank, size, *sorted(kw.items()))
+    s = _SCHEDS.get(key)
+    if s is None:
+        algos = _config.get().coll_algorithms
+        forced = next((a for c, a in algos if c == coll), None) if algos else None
+        if forced is not None and not kw.get("commute", True) and (coll, forced) in select.COMMUTATIVE_ONLY:
+            forced = None  # GPUMPI_COLL_ALGORITHM names an algorithm this op cannot use: the table decides
+        s = select.build(coll, rank, size, algorithm=forced, **kw)
+        if len(_SCHEDS) >= _SCHEDS_MAX:
+            _SCHEDS.clear()
+        _SCHEDS[key] = s
+    return s
+
+
 def _coll(comm, call: str, coll: str, kind: str, sig: int = 0, op=None, dt=None, unit: int = 1, **kw) -> Coll:
-    sched = select.build(coll, comm._rank, comm._size, unit=unit, memory=kind, **kw)
+    sched = _schedule(coll, comm._rank, comm._size, unit=unit, memory=kind, **kw)
     return Coll(comm, call, sched, unit, kind, {}, sig, op, dt)
 
 
@@ -508,8 +529,8 @@ def reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call: str) -> Coll:
 
     check_op(op, r.datatype, call)
     unit, per = reduce_unit(op, r.datatype)
-    sched = select.build("reduce_scatter", me, size, counts=tuple(k * per for k in counts), commute=op._commute,
-                         inplace=inplace, unit=unit, memory=_kind(r, s))
+    sched = _schedule("reduce_scatter", me, size, counts=tuple(k * per for k in counts), commute=op._commute,
+                      inplace=inplace, unit=unit, memory=_kind(r, s))
     kind = _kind(r, s)
     c = Coll(comm, call, sched, unit, kind, {}, _sig(r.datatype), op, r.datatype)
     _bind_red(c, RBUF, r, read=inplace, write=True, kind=kind)

@@ -81,7 +81,7 @@ COLLECTIVES = tuple(_BUILDERS)
 ALGORITHMS = {coll: tuple(algs) for coll, algs in _BUILDERS.items()}
 
 #: (collective, algorithm) that need a commutative operation
-_COMMUTATIVE_ONLY = {("allreduce", "ring"), ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"),
+COMMUTATIVE_ONLY = {("allreduce", "ring"), ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"),
                      ("reduce_scatter_block", "ring"), ("reduce_scatter_block", "pairwise")}
 
 
@@ -157,7 +157,7 @@ def _ctx(coll, size, n, counts, scounts, rcounts, commute, unit, memory):
 
 
 def _serves(coll, name, commute) -> bool:
-    return commute or (coll, name) not in _COMMUTATIVE_ONLY
+    return commute or (coll, name) not in COMMUTATIVE_ONLY
 
 
 def algorithm_of(coll: str, size: int, *, n: int = 0, counts=None, scounts=None, rcounts=None,
