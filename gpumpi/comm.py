@@ -1017,10 +1017,16 @@ class Comm(Handle):
         return root
 
     def _coll_prep(self, prep, call: str, args):
+        """Validate and prepare a collective call.  Its tag is taken first: a rank whose
+        arguments fail still uses up the call's tag, so its next collectives match the
+        other ranks' (they may have completed this one without it)."""
         self._check(call)
         if self.Is_inter():
             raise NotImplementedError(f"{call}: collectives on intercommunicators are not supported yet")
-        return prep(self, *args, call)
+        tag = self._ctag()
+        c = prep(self, *args, call)
+        c.tag = tag
+        return c
 
     def _coll_block(self, prep, call: str, *args) -> None:
         try:
@@ -1240,7 +1246,6 @@ class Comm(Handle):
     def bcast(self, obj=None, root: int = 0):
         """Broadcast a Python object from root (MPI_Bcast of its pickle)."""
         def bcast(c, o, r, call):
-            r = c._root(r, call)
             with _commctx.lock(c, "bcast"):  # as mpi4py: threads sharing the communicator take turns
                 return _lower.bcast(c, o, r, call)
 
@@ -1248,12 +1253,11 @@ class Comm(Handle):
 
     def gather(self, sendobj, root: int = 0):
         """Gather Python objects to root, a list in rank order there (MPI_Gather of pickles)."""
-        return self._ocoll(lambda c, o, r, call: _lower.gather(c, o, c._root(r, call), call), "gather", sendobj, root)
+        return self._ocoll(_lower.gather, "gather", sendobj, root)
 
     def scatter(self, sendobj, root: int = 0):
         """Scatter a sequence of Python objects from root (MPI_Scatter of pickles)."""
-        return self._ocoll(lambda c, o, r, call: _lower.scatter(c, o, c._root(r, call), call), "scatter", sendobj,
-                           root)
+        return self._ocoll(_lower.scatter, "scatter", sendobj, root)
 
     def allgather(self, sendobj):
         """Gather Python objects from all, a list in rank order on every rank (MPI_Allgather of pickles)."""
@@ -1265,8 +1269,7 @@ class Comm(Handle):
 
     def reduce(self, sendobj, op=SUM, root: int = 0):
         """Reduce Python objects to root with ``op`` (an Op or a callable), in rank order (MPI_Reduce)."""
-        return self._ocoll(lambda c, o, p, r, call: _lower.reduce(c, o, p, c._root(r, call), call), "reduce",
-                           sendobj, op, root)
+        return self._ocoll(_lower.reduce, "reduce", sendobj, op, root)
 
     def allreduce(self, sendobj, op=SUM):
         """Reduce Python objects to all with ``op`` (an Op or a callable), in rank order (MPI_Allreduce)."""
@@ -1469,6 +1472,12 @@ class Intercomm(Comm):
         """Return whether this is an intercommunicator: always (MPI_Comm_test_inter)."""
         self._check("Comm.Is_inter")
         return True
+
+    @classmethod
+    def Create_from_groups(cls, local_group, local_leader: int, remote_group, remote_leader: int,
+                           stringtag: str = "org.mpi4py", info=None, errhandler=None) -> "Intercomm":
+        """Create an intercommunicator from two groups (MPI_Intercomm_create_from_groups)."""
+        raise NotImplementedError("Intercomm.Create_from_groups: intercommunicators are not supported yet")
 
 
 Comm._hbase = Comm

@@ -29,6 +29,7 @@ from ..constants import is_in_place
 from ..datatypes._core import Datatype
 from ..datatypes import plan as _plan
 from ..errors import ERR_TYPE, error
+from ..op import Op, check_op, reduce_unit
 from . import select
 from ._execute import Blocks, Coll, Flat, host_array, packed_in, packed_out
 from .schedule import RBUF, SBUF
@@ -389,8 +390,6 @@ def alltoallw(comm, sendbuf, recvbuf, call: str) -> Coll:
 
 
 def _op_arg(op, call: str):
-    from ..op import Op
-
     if not isinstance(op, Op):
         raise TypeError(f"{call}: op must be an Op (got {type(op).__name__})")
     return op
@@ -405,8 +404,6 @@ def _chk_cro(s, r, call: str) -> None:
 
 
 def _red(comm, call: str, coll: str, op, dt, count: int, kind: str, sig: int, **kw) -> Coll:
-    from ..op import check_op, reduce_unit
-
     check_op(op, dt, call)
     unit, per = reduce_unit(op, dt)
     n = count * per
@@ -525,8 +522,6 @@ def reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call: str) -> Coll:
             raise ValueError(f"{_prefix(call)}mismatch in receive count {r.count} and counts[{me}] {counts[me]}")
     elif r.count != total:
         raise ValueError(f"{_prefix(call)}mismatch in receive count {r.count} and sum(counts) {total}")
-    from ..op import check_op, reduce_unit
-
     check_op(op, r.datatype, call)
     unit, per = reduce_unit(op, r.datatype)
     sched = _schedule("reduce_scatter", me, size, counts=tuple(k * per for k in counts), commute=op._commute,

@@ -53,6 +53,7 @@ from .._progress import GREQ, SENT, Xfer
 from ..datatypes import plan as _plan
 from ..datatypes.flatten import sig_name
 from ..datatypes.predefined import BYTE
+from ..op import reduce_packed
 from ..errors import ERR_COUNT, ERR_OTHER, ERR_REQUEST, ERR_TRUNCATE, ERR_TYPE, error
 from .schedule import COPY, RECV, RED, SEND, TMP
 
@@ -114,7 +115,7 @@ class Coll:
     def __init__(self, comm, call: str, sched, unit: int, kind: str, bufs: dict, sig: int = 0,
                  op=None, dt=None, keep=None) -> None:
         self.comm, self.call, self.sched, self.unit, self.kind = comm, call, sched, unit, kind
-        self.tag = comm._ctag()
+        self.tag = -1  # the caller's: taken before the arguments were checked (comm._coll_prep)
         self.bufs = bufs
         self.op, self.dt = op, dt
         self.sig = sig
@@ -270,8 +271,6 @@ class Run:
 
     # --- local steps -----------------------------------------------------------------------------
     def _reduce(self, st) -> None:
-        from ..op import reduce_packed
-
         c = self.c
         _, sb, slo, db, dlo, n, left = st
         if not n:

@@ -84,7 +84,8 @@ def _copy(obj):
 
 
 def bcast(comm, obj, root: int, call: str):
-    tag = comm._ctag()
+    tag = comm._ctag()  # first: a rank whose arguments are bad still uses its tag (comm._coll_prep)
+    root = comm._root(root, call)
     n, r = comm._size, comm._rank
     rel = (r - root) % n
     if rel == 0:
@@ -108,6 +109,7 @@ def bcast(comm, obj, root: int, call: str):
 
 def gather(comm, obj, root: int, call: str):
     tag = comm._ctag()
+    root = comm._root(root, call)
     n, r = comm._size, comm._rank
     if r != root:
         _send(comm, obj, root, tag, call)
@@ -117,12 +119,8 @@ def gather(comm, obj, root: int, call: str):
 
 
 def _items(obj, n: int, call: str) -> list:
-    if obj is None:
-        raise TypeError(f"{call}: expecting a sequence of {n} items (got None)")
-    try:
-        items = list(obj)
-    except TypeError:
-        raise TypeError(f"{call}: expecting a sequence of {n} items (got {type(obj).__name__})") from None
+    """The ``n`` items of a scatter/alltoall send object, as mpi4py: None is ``[None] * n``."""
+    items = [None] * n if obj is None else list(obj)
     if len(items) != n:
         raise ValueError(f"{call}: expecting {n} items, got {len(items)}")
     return items
@@ -130,6 +128,7 @@ def _items(obj, n: int, call: str) -> list:
 
 def scatter(comm, obj, root: int, call: str):
     tag = comm._ctag()
+    root = comm._root(root, call)
     n, r = comm._size, comm._rank
     if r != root:
         return _recv(comm, root, tag, call)
@@ -149,9 +148,9 @@ def allgather(comm, obj, call: str):
 
 
 def alltoall(comm, obj, call: str):
+    tag = comm._ctag()
     n, r = comm._size, comm._rank
     items = _items(obj, n, call)
-    tag = comm._ctag()
     rs = [None if p == r else _irecv(comm, p, tag, call) for p in range(n)]
     ss = [_isend(comm, items[p], p, tag, call) for p in range(n) if p != r]
     _wait(ss)
@@ -224,12 +223,9 @@ def _array_step(op, x, y):
     return z
 
 
-def _check_root(comm, root, call: str) -> int:
-    return comm._root(root, call)
-
-
 def reduce(comm, obj, op, root: int, call: str):
     tag = comm._ctag()
+    root = comm._root(root, call)
     n, r = comm._size, comm._rank
     result = _copy(obj)
     mask = 1
