@@ -78,6 +78,9 @@ from .request import Prequest, Request, check_status, done_xfer, joint, part_don
 from .status import Status
 from numpy import ndarray as _ndarray
 
+#: context ids of freed communicators: a copy of a freed handle fails with ERR_COMM, as in MPI
+_FREED: set = set()
+
 STANDARD, SYNCHRONOUS, READY, BUFFERED = _p2p.STANDARD, _p2p.SYNCHRONOUS, _p2p.READY, _p2p.BUFFERED
 _msg = _p2p._msg
 
@@ -160,6 +163,8 @@ class Comm(Handle):
     def _check(self, call: str) -> None:
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
+        if self._ctx in _FREED:
+            raise error(ERR_COMM, f"{call}: invalid communicator (freed through another handle)")
 
     def _raise(self, exc: MPIException):
         self._errh._apply(self, exc)
@@ -333,6 +338,7 @@ class Comm(Handle):
                 if eng.matcher.pending(c)[0] == 0:
                     eng.matcher.drop_context(c)
         Comm._htable.live.pop(self._hval(), None)
+        _FREED.add(self._ctx)  # copies of this handle are stale now (context ids are never reused)
         self._set_null()
 
     def Clone(self) -> "Comm":
@@ -360,6 +366,8 @@ class Comm(Handle):
         """Validate a send: ``(message, world dest, tag)``, or None for PROC_NULL; changes nothing."""
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
+        if self._ctx in _FREED:
+            raise error(ERR_COMM, f"{call}: invalid communicator (freed through another handle)")
         if dest == PROC_NULL:
             return None
         dest = self._peer(dest, call, "destination")
@@ -381,6 +389,8 @@ class Comm(Handle):
         """Validate a receive: ``(message, source, world source, tag)``, or None for PROC_NULL."""
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
+        if self._ctx in _FREED:
+            raise error(ERR_COMM, f"{call}: invalid communicator (freed through another handle)")
         if source == PROC_NULL:
             return None
         source = self._src(source, call)
@@ -1017,16 +1027,12 @@ class Comm(Handle):
         return root
 
     def _coll_prep(self, prep, call: str, args):
-        """Validate and prepare a collective call.  Its tag is taken first: a rank whose
-        arguments fail still uses up the call's tag, so its next collectives match the
-        other ranks' (they may have completed this one without it)."""
+        """Validate and prepare a collective call (its tag is taken once the arguments are
+        valid: a rank whose arguments fail has not entered the collective, as in MPI)."""
         self._check(call)
         if self.Is_inter():
             raise NotImplementedError(f"{call}: collectives on intercommunicators are not supported yet")
-        tag = self._ctag()
-        c = prep(self, *args, call)
-        c.tag = tag
-        return c
+        return prep(self, *args, call)
 
     def _coll_block(self, prep, call: str, *args) -> None:
         try:

@@ -31,7 +31,7 @@ from ..datatypes import plan as _plan
 from ..errors import ERR_TYPE, error
 from ..op import Op, check_op, reduce_unit
 from . import select
-from ._execute import Blocks, Coll, Flat, host_array, packed_in, packed_out
+from ._execute import Blocks, Coll, Flat, host_array, packed_in, packed_out, resized_in, resized_out
 from .schedule import RBUF, SBUF
 
 _U8 = np.uint8
@@ -199,18 +199,21 @@ def gather(comm, v: bool, sendbuf, recvbuf, root, call: str) -> Coll:
             rn = [cnt * r.datatype._size for cnt in r.counts]
         else:
             rn = r.nbytes
-        n = (rn[me] if v else rn) if inplace else s.nbytes
+        n = rn[me] if v else rn  # the root's own block: what it receives from every rank
         c = _coll(comm, call, "gatherv" if v else "gather", kind, sig, root=root, n=n, inplace=inplace,
                   **({"counts": tuple(rn)} if v else {}))
         if v:
             _bindv(c, RBUF, r, read=inplace, write=True)
         else:
             _bind(c, RBUF, r, read=inplace, write=True)
+        if s is not None and s.nbytes != n:
+            resized_in(c, SBUF, s, s.count, n, "the root's send buffer differs from its receive block")
+            s = None
     else:
         c = _coll(comm, call, "gatherv" if v else "gather", kind, sig, root=root, n=s.nbytes, inplace=False)
     if s is not None:
         _bind(c, SBUF, s, read=True, write=False)
-    c.keep = (s, r)
+    c.keep = (s, r, sendbuf, recvbuf)
     return c
 
 
@@ -231,18 +234,21 @@ def scatter(comm, v: bool, sendbuf, recvbuf, root, call: str) -> Coll:
     sig = _sig_of(r, s)
     if me == root:
         sn = [cnt * s.datatype._size for cnt in s.counts] if v else s.nbytes
-        n = (sn[me] if v else sn) if inplace else r.nbytes
+        n = sn[me] if v else sn  # the root's own block: what it sends to every rank
         c = _coll(comm, call, "scatterv" if v else "scatter", kind, sig, root=root, n=n, inplace=inplace,
                   **({"counts": tuple(sn)} if v else {}))
         if v:
             _bindv(c, SBUF, s, read=True, write=False)
         else:
             _bind(c, SBUF, s, read=True, write=False)
+        if r is not None and r.nbytes != n:
+            resized_out(c, RBUF, r, r.count, n, "the root's receive buffer differs from its send block")
+            r = None
     else:
         c = _coll(comm, call, "scatterv" if v else "scatter", kind, sig, root=root, n=r.nbytes)
     if r is not None:
         _bind(c, RBUF, r, read=False, write=True)
-    c.keep = (s, r)
+    c.keep = (s, r, sendbuf, recvbuf)
     return c
 
 
@@ -260,7 +266,10 @@ def allgather(comm, v: bool, sendbuf, recvbuf, call: str) -> Coll:
     else:
         c = _coll(comm, call, "allgather", kind, _sig_of(r), n=r.nbytes, inplace=inplace)
         _bind(c, RBUF, r, read=inplace, write=True)
-    if s is not None:
+    own = rn[comm._rank] if v else r.nbytes
+    if s is not None and s.nbytes != own:
+        resized_in(c, SBUF, s, s.count, own, "the send buffer differs from this rank's receive block")
+    elif s is not None:
         _bind(c, SBUF, s, read=True, write=False)
     c.keep = (s, r)
     return c
@@ -281,6 +290,9 @@ def alltoall(comm, v: bool, sendbuf, recvbuf, call: str) -> Coll:
         if s is not None:
             _bindv(c, SBUF, s, read=True, write=False)
     else:
+        if s is not None and s.nbytes != r.nbytes:
+            raise ValueError(f"{_prefix(call)}mismatch in send block {s.nbytes} bytes and receive block "
+                             f"{r.nbytes} bytes")
         c = _coll(comm, call, "alltoall", kind, _sig_of(r, s), n=r.nbytes, inplace=inplace)
         _bind(c, RBUF, r, read=inplace, write=True)
         if s is not None:

@@ -110,17 +110,20 @@ class Coll:
     """A prepared collective (see the module docstring)."""
 
     __slots__ = ("comm", "call", "tag", "sched", "unit", "kind", "bufs", "op", "dt", "sig", "pre", "post",
-                 "keep", "nonblocking", "stream")
+                 "keep", "soft")
 
     def __init__(self, comm, call: str, sched, unit: int, kind: str, bufs: dict, sig: int = 0,
                  op=None, dt=None, keep=None) -> None:
         self.comm, self.call, self.sched, self.unit, self.kind = comm, call, sched, unit, kind
-        self.tag = -1  # the caller's: taken before the arguments were checked (comm._coll_prep)
+        # the call's tag, in call order on every rank, taken once its arguments were checked
+        # (a rank whose call fails validation has not entered the collective, as in MPI)
+        self.tag = comm._ctag()
         self.bufs = bufs
         self.op, self.dt = op, dt
         self.sig = sig
         self.pre, self.post = [], []  # run at start (pack inputs) / at the end (unpack results)
         self.keep = keep
+        self.soft = []  # errors found while preparing, raised at completion on this rank only
 
 
 class Run:
@@ -132,7 +135,7 @@ class Run:
         self.c = c
         self.k = 0
         self.pending = 0
-        self.errs = []
+        self.errs = list(c.soft)
         self.fatal = None
         self.fsig = {}
         j = self.j = Xfer(GREQ)
@@ -378,6 +381,60 @@ def packed_out(coll: Coll, b: int, m, count: int, blocks, unit: int, inp: bool =
     """Buffer ``b`` of ``coll`` is written into non-contiguous ``m``: a packed temporary unpacked
     at the end (``inp``: it is also read, so packed at start too)."""
     _packed(coll, b, m, count, blocks, unit, inp=inp, out=True)
+
+
+def resized_in(coll: Coll, b: int, m, count: int, want: int, what: str) -> None:
+    """Buffer ``b`` reads ``want`` bytes where message ``m`` (``count`` elements) has another
+    number: this rank's own block of a collective whose sizes disagree (an erroneous call).
+    The schedule runs on a temporary of ``want`` bytes holding the first bytes of ``m`` (zeros
+    after them), and the call completes with ``ERR_TRUNCATE`` (more sent than received) or
+    ``ERR_COUNT`` on this rank only: the other ranks complete, nobody waits for it."""
+    blist = _block_list(m, count, None)
+    have = sum(c * dt._size for _, c, dt in blist)
+    code = ERR_TRUNCATE if have > want else ERR_COUNT
+    coll.soft.append((code, f"{coll.call}: {what} ({have} bytes sent, {want} bytes received)"))
+    coll.bufs[b] = None
+
+    def pre(run, b=b):
+        full = run._alloc(have)
+        _pack_blocks(run, m, blist, full)
+        lay = run.bufs[b] = run._alloc(want)
+        k = min(have, want)
+        if run.ad is None:
+            lay.arr[:k] = full.arr[:k]
+            lay.arr[k:] = 0
+        elif k:
+            s = _rt.ENGINE.copy_stream(run.ad)
+            run.ad.memcpy(lay.addr, full.addr, k, s)
+            run.ad.stream_synchronize(s)
+
+    coll.pre.append(pre)
+
+
+def resized_out(coll: Coll, b: int, m, count: int, want: int, what: str) -> None:
+    """Buffer ``b`` receives ``want`` bytes where message ``m`` (``count`` elements) holds another
+    number (as :func:`resized_in`, for a receive): the first bytes that fit reach ``m``."""
+    have = count * m.datatype._size
+    code = ERR_TRUNCATE if want > have else ERR_COUNT
+    coll.soft.append((code, f"{coll.call}: {what} ({want} bytes sent, {have} bytes received)"))
+    coll.bufs[b] = None
+    coll.pre.append(lambda run, b=b: run.bufs.__setitem__(b, run._alloc(want)))
+
+    def post(run, b=b):
+        k = min(have, want)
+        if not k:
+            return
+        lay = run.bufs[b]
+        p = _plan.plan_for(m.datatype, count)
+        if run.ad is None:
+            dst = _raw_host(m.addr + p.lo, p.hi - p.lo, True)
+            p.unpack_from(lay.arr[:k], dst, p.lo, k)
+        elif m.contiguous:
+            s = _rt.ENGINE.copy_stream(run.ad)
+            run.ad.memcpy(m.addr + p.lo, lay.addr, k, s)
+            run.ad.stream_synchronize(s)
+
+    coll.post.append(post)
 
 
 def _block_list(m, count, blocks):

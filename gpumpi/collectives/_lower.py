@@ -84,8 +84,8 @@ def _copy(obj):
 
 
 def bcast(comm, obj, root: int, call: str):
-    tag = comm._ctag()  # first: a rank whose arguments are bad still uses its tag (comm._coll_prep)
     root = comm._root(root, call)
+    tag = comm._ctag()  # once the arguments are valid (collectives._execute.Coll)
     n, r = comm._size, comm._rank
     rel = (r - root) % n
     if rel == 0:
@@ -108,8 +108,8 @@ def bcast(comm, obj, root: int, call: str):
 
 
 def gather(comm, obj, root: int, call: str):
-    tag = comm._ctag()
     root = comm._root(root, call)
+    tag = comm._ctag()
     n, r = comm._size, comm._rank
     if r != root:
         _send(comm, obj, root, tag, call)
@@ -127,12 +127,12 @@ def _items(obj, n: int, call: str) -> list:
 
 
 def scatter(comm, obj, root: int, call: str):
-    tag = comm._ctag()
     root = comm._root(root, call)
     n, r = comm._size, comm._rank
+    items = _items(obj, n, call) if r == root else None
+    tag = comm._ctag()
     if r != root:
         return _recv(comm, root, tag, call)
-    items = _items(obj, n, call)
     xs = [_isend(comm, items[p], p, tag, call) for p in range(n) if p != r]
     _wait(xs)
     return _copy(items[r])
@@ -148,9 +148,9 @@ def allgather(comm, obj, call: str):
 
 
 def alltoall(comm, obj, call: str):
-    tag = comm._ctag()
     n, r = comm._size, comm._rank
     items = _items(obj, n, call)
+    tag = comm._ctag()
     rs = [None if p == r else _irecv(comm, p, tag, call) for p in range(n)]
     ss = [_isend(comm, items[p], p, tag, call) for p in range(n) if p != r]
     _wait(ss)
@@ -224,8 +224,8 @@ def _array_step(op, x, y):
 
 
 def reduce(comm, obj, op, root: int, call: str):
-    tag = comm._ctag()
     root = comm._root(root, call)
+    tag = comm._ctag()
     n, r = comm._size, comm._rank
     result = _copy(obj)
     mask = 1

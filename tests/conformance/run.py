@@ -263,6 +263,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", help="GPUMPI_DEVICE for the ranks (sim: device buffers on the simulator)")
     p.add_argument("--check", action="store_true", help="exit 1 on any count below expected.json")
     p.add_argument("--write", action="store_true", help="raise expected.json's counts to these results")
+    p.add_argument("--prune", action="store_true",
+                   help="with --write: drop the reasons no failure of these runs matches (modules run at 1, 2 and 3 ranks)")
     p.add_argument("--timeout", type=float, default=MODULE_TIMEOUT)
     p.add_argument("-j", type=int, default=1, help="modules run at once")
     p.add_argument("-v", action="store_true", help="list every failing test")
@@ -302,6 +304,15 @@ def main(argv=None) -> int:
         for r in results:
             entry = expected["modules"].setdefault(r.module, {}).setdefault(which, {})
             entry[str(r.n)] = max(r.count, entry.get(str(r.n), 0)) if which != "mpich" else r.count
+        if ns.prune and not ns.ref and not ns.device:
+            for m in mods:
+                if sorted(by[m]) != [1, 2, 3]:
+                    continue
+                reasons = expected["modules"].get(m, {}).get("reasons", {})
+                failed = [t for r in by[m].values() for t in list(r.failures()) + [t for t, _ in r.broke if t]]
+                for pattern in list(reasons):
+                    if not any(reason_for({"modules": {m: {"reasons": {pattern: "x"}}}}, m, t) for t in failed):
+                        del reasons[pattern]
         save_expected(expected)
     if ns.check:
         bad = check(results, expected, which)
