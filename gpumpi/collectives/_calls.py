@@ -19,8 +19,6 @@ end (results).  The vector forms keep their blocks where they are (``Blocks``).
 
 from __future__ import annotations
 
-import numpy as np
-
 from .. import _config
 from .._arrays import HOST
 from .._buffers import message_simple, message_vector
@@ -34,8 +32,7 @@ from . import select
 from ._execute import Blocks, Coll, Flat, host_array, packed_in, packed_out, resized_in, resized_out
 from .schedule import RBUF, SBUF
 
-_U8 = np.uint8
-_EMPTY = Flat(np.empty(0, _U8), 0, 0)
+_EMPTY = Flat(memoryview(bytearray()), 0, 0)
 
 
 def _prefix(call: str) -> str:
@@ -111,8 +108,7 @@ def _bindv(c: Coll, b: int, m, read: bool, write: bool, counts=None, displs=None
             else:  # BOTTOM: absolute addresses
                 from .._arrays import _raw_mem
 
-                flats.append(Flat(np.frombuffer(_raw_mem(a + lo, n, not write, None), _U8) if n else
-                                  np.empty(0, _U8), a + lo, n))
+                flats.append(Flat(_raw_mem(a + lo, n, not write, None), a + lo, n))
         c.bufs[b] = Blocks(starts, sizes, flats)
         return sizes
     blocks = [(a, cnt, t) for a, cnt, t in zip(addrs, counts, types)]

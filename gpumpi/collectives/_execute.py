@@ -58,12 +58,13 @@ from ..errors import ERR_COUNT, ERR_OTHER, ERR_REQUEST, ERR_TRUNCATE, ERR_TYPE, 
 from .schedule import COPY, RECV, RED, SEND, TMP
 
 _U8 = np.uint8
+_NOTHING = memoryview(bytearray())
 _SOFT = (ERR_TRUNCATE, ERR_COUNT, ERR_TYPE)
 
 
 class Flat:
-    """Packed bytes in one run: host (``arr``: a uint8 array over them) or device memory of
-    ``kind`` (``arr`` None) at ``addr``."""
+    """Packed bytes in one run: host (``arr``: a flat ``'B'`` memoryview of them) or device
+    memory of ``kind`` (``arr`` None) at ``addr``."""
 
     __slots__ = ("arr", "addr", "nbytes", "kind")
 
@@ -88,7 +89,7 @@ def _piece(lay, lo: int, hi: int, unit: int, call: str):
         b0, b1 = lo * unit, hi * unit
         return (a[b0:b1] if a is not None else None), lay.addr + b0, b1 - b0, lay.kind
     if hi == lo:
-        return np.empty(0, _U8), 0, 0, HOST
+        return _NOTHING, 0, 0, HOST
     i = bisect_right(lay.starts, lo) - 1
     while i + 1 < len(lay.starts) and lay.lens[i] == 0:  # empty blocks share a start
         i += 1
@@ -163,7 +164,7 @@ class Run:
         if self.ad is None:
             a = _pool.HOST.get(n) if n else np.empty(0, _U8)
             self.tmps.append((a, n))
-            return Flat(a[:n], a.ctypes.data, n)
+            return Flat(memoryview(a)[:n], a.ctypes.data, n)
         pool = _pool.device(self.ad)
         addr = pool.get(max(n, 1))
         self.tmps.append((addr, max(n, 1)))
@@ -216,7 +217,7 @@ class Run:
         if t is SEND:
             sig = self.fsig.get(b, c.sig)
             if arr is not None:
-                x = eng.isend([memoryview(arr)], n, wpeer, comm._rank, c.tag, ctx, 0, c.call, (addr,), sig)
+                x = eng.isend([arr], n, wpeer, comm._rank, c.tag, ctx, 0, c.call, (addr,), sig)
             else:
                 x = _p2p.isend(_raw(kind, addr, n), wpeer, comm._rank, c.tag, ctx, 0, c.call, sig=sig)
             if x is SENT or x.done:
@@ -227,7 +228,7 @@ class Run:
             x.on_done = _chain(x.on_done, self._sent)
             return
         if arr is not None:
-            x = eng.irecv(memoryview(arr), n, peer, wpeer, c.tag, ctx, c.call, addr, 0)
+            x = eng.irecv(arr, n, peer, wpeer, c.tag, ctx, c.call, addr, 0)
         else:
             x = _p2p.irecv(_raw(kind, addr, n), peer, wpeer, c.tag, ctx, c.call, sig=0)
         if x.done:
@@ -283,7 +284,7 @@ class Run:
         op, dt = c.op, c.dt
         if left or op._commute:
             if s_arr is not None:
-                reduce_packed(op, dt, n, s_arr, d_arr, HOST)
+                reduce_packed(op, dt, n, _np(s_arr), _np(d_arr), HOST)
             else:
                 reduce_packed(op, dt, n, s_addr, d_addr, c.kind)
             return
@@ -291,7 +292,7 @@ class Run:
         t = self._alloc(nb)
         if s_arr is not None:
             t.arr[:] = s_arr
-            reduce_packed(op, dt, n, d_arr, t.arr, HOST)
+            reduce_packed(op, dt, n, _np(d_arr), _np(t.arr), HOST)
             d_arr[:] = t.arr
         else:
             ad = self.ad
@@ -363,10 +364,15 @@ def _no_cancel():
 # --- user memory -> schedule buffers ---------------------------------------------------------------
 
 
-def host_array(m):
-    """Writable-if-possible uint8 array over a host message's bytes."""
+def host_array(m) -> memoryview:
+    """A flat ``'B'`` memoryview of a host message's bytes (writable when the message is)."""
     mem = m.mem
-    return np.frombuffer(mem, _U8) if mem is not None and len(mem) else np.empty(0, _U8)
+    return mem if mem is not None else _NOTHING
+
+
+def _np(mv):
+    """A uint8 NumPy array over a flat memoryview (what the reduction kernels take)."""
+    return np.frombuffer(mv, _U8) if len(mv) else np.empty(0, _U8)
 
 
 def packed_in(coll: Coll, b: int, m, count: int, blocks, unit: int) -> None:
@@ -402,7 +408,7 @@ def resized_in(coll: Coll, b: int, m, count: int, want: int, what: str) -> None:
         k = min(have, want)
         if run.ad is None:
             lay.arr[:k] = full.arr[:k]
-            lay.arr[k:] = 0
+            lay.arr[k:] = bytes(want - k)
         elif k:
             s = _rt.ENGINE.copy_stream(run.ad)
             run.ad.memcpy(lay.addr, full.addr, k, s)
@@ -428,7 +434,7 @@ def resized_out(coll: Coll, b: int, m, count: int, want: int, what: str) -> None
         p = _plan.plan_for(m.datatype, count)
         if run.ad is None:
             dst = _raw_host(m.addr + p.lo, p.hi - p.lo, True)
-            p.unpack_from(lay.arr[:k], dst, p.lo, k)
+            p.unpack_from(_np(lay.arr[:k]), dst, p.lo, k)
         elif m.contiguous:
             s = _rt.ENGINE.copy_stream(run.ad)
             run.ad.memcpy(m.addr + p.lo, lay.addr, k, s)
@@ -467,7 +473,7 @@ def _pack_blocks(run: Run, m, blist, lay: Flat) -> None:
         p = _plan.plan_for(dt, count)
         if run.ad is None:
             src = _raw_host(addr + p.lo, p.hi - p.lo, False)
-            p.pack_into(src, p.lo, lay.arr[off:off + n])
+            p.pack_into(src, p.lo, _np(lay.arr[off:off + n]))
         else:
             ad = run.ad
             tmp = _pool.HOST.get(p.hi - p.lo)
@@ -492,7 +498,7 @@ def _unpack_blocks(run: Run, m, blist, lay: Flat) -> None:
         p = _plan.plan_for(dt, count)
         if run.ad is None:
             dst = _raw_host(addr + p.lo, p.hi - p.lo, True)
-            p.unpack_from(lay.arr[off:off + n], dst, p.lo, n)
+            p.unpack_from(_np(lay.arr[off:off + n]), dst, p.lo, n)
         else:  # read, modify, write the span: bytes between the elements keep their values
             ad = run.ad
             span = p.hi - p.lo
