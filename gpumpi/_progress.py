@@ -139,6 +139,7 @@ class Engine:
         # pass, outside the frame handlers that completed their operations
         self.ready: list = []
         self._advancing = False
+        self.freed_ctx: set = set()  # context ids of freed communicators (stale handle copies fail)
         self.cancellable: dict = {}
         self.next_msgid = 1
         ring = self.tr.max_payload * 2

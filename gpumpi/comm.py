@@ -78,9 +78,6 @@ from .request import Prequest, Request, check_status, done_xfer, joint, part_don
 from .status import Status
 from numpy import ndarray as _ndarray
 
-#: context ids of freed communicators: a copy of a freed handle fails with ERR_COMM, as in MPI
-_FREED: set = set()
-
 STANDARD, SYNCHRONOUS, READY, BUFFERED = _p2p.STANDARD, _p2p.SYNCHRONOUS, _p2p.READY, _p2p.BUFFERED
 _msg = _p2p._msg
 
@@ -163,7 +160,7 @@ class Comm(Handle):
     def _check(self, call: str) -> None:
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
-        if self._ctx in _FREED:
+        if self._ctx in _rt.ENGINE.freed_ctx:
             raise error(ERR_COMM, f"{call}: invalid communicator (freed through another handle)")
 
     def _raise(self, exc: MPIException):
@@ -338,7 +335,7 @@ class Comm(Handle):
                 if eng.matcher.pending(c)[0] == 0:
                     eng.matcher.drop_context(c)
         Comm._htable.live.pop(self._hval(), None)
-        _FREED.add(self._ctx)  # copies of this handle are stale now (context ids are never reused)
+        eng.freed_ctx.add(self._ctx)  # copies of this handle are stale now (context ids are never reused)
         self._set_null()
 
     def Clone(self) -> "Comm":
@@ -366,7 +363,7 @@ class Comm(Handle):
         """Validate a send: ``(message, world dest, tag)``, or None for PROC_NULL; changes nothing."""
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
-        if self._ctx in _FREED:
+        if self._ctx in _rt.ENGINE.freed_ctx:
             raise error(ERR_COMM, f"{call}: invalid communicator (freed through another handle)")
         if dest == PROC_NULL:
             return None
@@ -389,7 +386,7 @@ class Comm(Handle):
         """Validate a receive: ``(message, source, world source, tag)``, or None for PROC_NULL."""
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
-        if self._ctx in _FREED:
+        if self._ctx in _rt.ENGINE.freed_ctx:
             raise error(ERR_COMM, f"{call}: invalid communicator (freed through another handle)")
         if source == PROC_NULL:
             return None
