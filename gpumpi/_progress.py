@@ -80,6 +80,7 @@ class Xfer:
         "region",  # rendezvous: the region transport that offered (sender) or takes (receiver) the data
         "cancel_fn",  # joint operations only (left unset elsewhere): what MPI_Cancel does to them
         "msig",  # receive: the signature code of the message it matched (0: untyped)
+        "nosplit",  # receive: never split the copy with the sender (it is busy: a collective exchange)
     )
 
     def __init__(self, kind: int) -> None:
@@ -105,6 +106,7 @@ class Xfer:
         # its reads wait for (the producer's work)
         self.dev = None
         self.ondev = False  # receive: the data was written into the device destination itself
+        self.nosplit = False
 
 
 class Arrival:
@@ -308,14 +310,16 @@ class Engine:
         return st
 
     def irecv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None,
-              sig: int = 0, post=None, dev=None) -> Xfer:
+              sig: int = 0, post=None, dev=None, nosplit: bool = False) -> Xfer:
         """Post a receive into ``mem`` (``cap`` bytes at ``addr`` if known); ``mem=None`` allocates on match.
 
         ``sig`` is the receive datatype's signature code (0: accept any); ``post(x)`` runs
-        when the receive completes, before it reads as done (unpacking into user memory).
+        when the receive completes, before it reads as done (unpacking into user memory);
+        ``nosplit``: copy a large message alone, without the sender's help (it is busy).
         """
         x = Xfer(RECV)
         x.sig = sig
+        x.nosplit = nosplit
         x.on_done = post
         x.dev = dev
         x.mem = mem
@@ -384,7 +388,7 @@ class Engine:
         wants_device = x.dev is not None
         plan = P.rts_plan(offer is not None, region is not None,
                           region is not None and bool(region.caps & WRITE) and region.proven and peer != self.rank,
-                          take, self.split_min)
+                          take, 0 if x.nosplit else self.split_min)
         if plan == P.SPLIT:
             addr = self._host_addr(x, take)
             head = P.split_head(take)

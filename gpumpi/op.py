@@ -343,6 +343,20 @@ def reduce_unit(op, datatype) -> tuple[int, int]:
     return datatype._size, 1
 
 
+def reduce3(op, datatype, a, b, out) -> bool:
+    """``out = a op b`` in one pass over host ``uint8`` arrays of packed data, where the operation
+    has a three-operand kernel (predefined ufunc operations); False (nothing done) elsewhere."""
+    if op._rec is not None:
+        return False
+    red = datatype._rec.cache.get(("reduce", op._name))
+    if red is None:
+        red = _kernels().resolve(op._name, datatype, "reduce")
+    if red.host3 is None:
+        return False
+    red.host3(a, b, out)
+    return True
+
+
 def reduce_packed(op, datatype, nunits: int, src, dst, kind: str, stream=None) -> None:
     """``dst = src op dst`` over ``nunits`` units (see :func:`reduce_unit`) of packed data.
 

@@ -111,9 +111,17 @@ def ring(rank: int, size: int, *, n: int = 0, commute: bool = True, inplace: boo
         comm, local = [], []
         if offs[sp + 1] > offs[sp]:
             comm.append((SEND, right, own if k == 0 else RBUF, offs[sp], offs[sp + 1]))
-        if k == 0 and own != RBUF:
-            local.append((COPY, own, 0, RBUF, 0, n))
         c = offs[rp + 1] - offs[rp]
+        if k == 0 and own != RBUF:
+            # this rank's input goes to RBUF block by block, except block ``rank`` (sent from
+            # SBUF now, received whole in the allgather): no pass over memory the schedule
+            # overwrites; block ``rp``'s copy comes right before its reduction, which the
+            # executor fuses into one pass (``dst = own op received``)
+            for j in range(size):
+                if j not in (rank, rp) and offs[j + 1] > offs[j]:
+                    local.append((COPY, own, offs[j], RBUF, offs[j], offs[j + 1] - offs[j]))
+            if c:
+                local.append((COPY, own, offs[rp], RBUF, offs[rp], c))
         if c:
             comm.append((RECV, left, t, 0, c))
             local.append((RED, t, 0, RBUF, offs[rp], c, True))

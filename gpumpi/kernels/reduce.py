@@ -6,7 +6,8 @@ A reduction here is ``dst = src op dst`` over the *packed* form of ``count`` ite
 datatype: no holes, a derived type's basic elements one after another, a pair type
 (``DOUBLE_INT``...) as its value bytes immediately followed by its 4-byte ``int``
 (``DOUBLE_INT`` packs to 12 bytes: value at 0, index at 8).  ``src`` is MPI's ``invec``
-(the left operand), ``dst`` its ``inoutvec``.
+(the left operand), ``dst`` its ``inoutvec``.  The ufunc operations also have a three-operand host form,
+``out = a op b``, which saves the executor a copy where a schedule copies then reduces.
 
 Which operation is defined for which type
 -----------------------------------------
@@ -154,6 +155,13 @@ def _host_ufunc(uf, dt):
     return run
 
 
+def _host_ufunc3(uf, dt):
+    def run(a, b, out):
+        o = out.view(dt)
+        uf(a.view(dt), b.view(dt), out=o)
+    return run
+
+
 def _host_replace(src, dst):
     dst[:] = src
 
@@ -196,10 +204,11 @@ class Reducer:
     arrays of whole units on the host.
     """
 
-    __slots__ = ("name", "unit", "per", "dtype", "pair", "host", "_dev")
+    __slots__ = ("name", "unit", "per", "dtype", "pair", "host", "host3", "_dev")
 
-    def __init__(self, name: str, unit: int, per: int, dtype, pair, host) -> None:
+    def __init__(self, name: str, unit: int, per: int, dtype, pair, host, host3=None) -> None:
         self.name, self.unit, self.per, self.dtype, self.pair, self.host = name, unit, per, dtype, pair, host
+        self.host3 = host3  # ``host3(a, b, out)``: ``out = a op b`` in one pass (ufunc operations), or None
         self._dev = None
 
     def __repr__(self) -> str:
@@ -245,7 +254,7 @@ def _resolve(name: str, datatype: Datatype, call: str) -> Reducer:
         vdt = named._pair[0].np
         return Reducer(name, named._size, per, None, vdt, _host_loc(vdt, name == "MAXLOC"))
     dt = np.dtype(_NP_OVERRIDE.get(tname) or named.np)
-    return Reducer(name, dt.itemsize, per, dt, None, _host_ufunc(_UFUNCS[name], dt))
+    return Reducer(name, dt.itemsize, per, dt, None, _host_ufunc(_UFUNCS[name], dt), _host_ufunc3(_UFUNCS[name], dt))
 
 
 # -- device kernels (plain Python; compiled by _device, run by numba's simulator for 'sim') --------------
