@@ -55,6 +55,7 @@ from ..datatypes.flatten import sig_name
 from ..datatypes.predefined import BYTE
 from ..op import reduce3, reduce_packed
 from ..errors import ERR_COUNT, ERR_OTHER, ERR_REQUEST, ERR_TRUNCATE, ERR_TYPE, error
+from ..errors import Exception as MPIException
 from .schedule import COPY, RECV, RED, SEND, TMP
 
 _U8 = np.uint8
@@ -203,14 +204,20 @@ class Run:
                 if i == skip:
                     continue
                 t = st[0]
-                if t is RED:
-                    self._reduce(st)
-                elif t is COPY:
-                    nxt = steps[i + 1] if i + 1 < len(steps) else None
-                    if nxt is not None and nxt[0] is RED and self._fused(st, nxt):
-                        skip = i + 1
-                    else:
-                        self._copy(st)
+                try:
+                    if t is RED:
+                        self._reduce(st)
+                    elif t is COPY:
+                        nxt = steps[i + 1] if i + 1 < len(steps) else None
+                        if nxt is not None and nxt[0] is RED and self._fused(st, nxt):
+                            skip = i + 1
+                        else:
+                            self._copy(st)
+                except Exception as e:  # noqa: BLE001 - e.g. a user op that raised
+                    # recorded, raised at completion on this rank; the schedule goes on, so
+                    # that no other rank waits for messages this one would never send
+                    code = e.Get_error_class() if isinstance(e, MPIException) else ERR_OTHER
+                    self.errs.append((code, f"{c.call}: {type(e).__name__}: {e}"))
         self.k += 1
 
     def _fused(self, cp, red) -> bool:

@@ -325,3 +325,32 @@ def _progress(spinner, big):
 @pytest.mark.parametrize("big", [False, True])
 def test_nonblocking_collective_progresses_on_a_rank_that_only_tests(n, spinner, big):
     assert run_ranks(_progress, n, timeout=30, args=(spinner, big)) == [True] * n
+
+
+def _user_op_raises():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+
+    def op_fn(a, b, dt):  # raises on rank 1 only
+        if c.rank == 1:
+            raise ZeroDivisionError("boom")
+        np.frombuffer(b, "d")[:] += np.frombuffer(a, "d")
+
+    op = MPI.Op.Create(op_fn, True)
+    try:
+        c.Allreduce(np.ones(4), np.zeros(4), op)
+        res = "ok"
+    except MPI.Exception as e:
+        res = (e.Get_error_class(), str(e))
+    op.Free()
+    _lined_up(c)
+    return res
+
+
+def test_a_user_op_that_raises_fails_its_rank_only_and_hangs_nobody():
+    from gpumpi import MPI
+
+    got = run_ranks(_user_op_raises, 3, timeout=60)
+    assert got[1][0] == MPI.ERR_OTHER and "ZeroDivisionError: boom" in got[1][1], got
+    assert got[0] == got[2] == "ok", got  # rank 1 still sent its part: the others complete
