@@ -185,11 +185,13 @@ class Run:
             # peers this rank also sends to in the round: an exchange, whose sender is busy with
             # its own half (its receive, its reduction), so its receives do not split the copy
             sends = {st[1] for st in rnd if st[0] is SEND} if len(rnd) > 1 else ()
-            for st in rnd:
-                t = st[0]
-                if t is SEND or t is RECV:
-                    self._comm(st, st[1] in sends)
-            self.pending -= 1
+            try:
+                for st in rnd:
+                    t = st[0]
+                    if t is SEND or t is RECV:
+                        self._comm(st, st[1] in sends)
+            finally:  # an error while posting still releases the hold (advance ends the run)
+                self.pending -= 1
             if self.pending:
                 return
             self._locals()
@@ -237,9 +239,18 @@ class Run:
         return reduce3(c.op, c.dt, _np(x_arr), _np(t_arr), _np(d_arr))
 
     def advance(self) -> None:
-        """The engine's call once the round's operations are all complete."""
-        self._locals()
-        self._post()
+        """The engine's call once the round's operations are all complete.  It runs inside
+        whatever call progressed the engine, so an error posting the next round ends this
+        run with it (its caller raises it) instead of escaping into that unrelated call."""
+        try:
+            self._locals()
+            self._post()
+        except Exception as e:  # noqa: BLE001
+            if not self.j.done:
+                code = e.Get_error_class() if isinstance(e, MPIException) else ERR_OTHER
+                self.fatal = (code, f"{self.c.call}: {type(e).__name__}: {e}")
+                if self.pending <= 0:
+                    self._end()
 
     def _comm(self, st, exchange: bool = False) -> None:
         c = self.c
