@@ -154,6 +154,10 @@ class Run:
         self.ad = None if kind == HOST else _device.adapter_for(kind)
         self.tmps = []
         with eng.lock:
+            if self.ad is not None and eng.stream_mode != "none":
+                # local steps (copies, reductions, packing) read device buffers on gpumpi's
+                # streams: the work the caller queued on the current stream comes first
+                self.ad.stream_synchronize(self.ad.current_stream())
             for fn in c.pre:
                 fn(self)
             for k, units in enumerate(c.sched.tmp):
@@ -520,9 +524,16 @@ def _pack_blocks(run: Run, m, blist, lay: Flat) -> None:
         if not n:
             continue
         p = _plan.plan_for(dt, count)
+        K = _kernels(run, m)
         if run.ad is None:
             src = _raw_host(addr + p.lo, p.hi - p.lo, False)
             p.pack_into(src, p.lo, _np(lay.arr[off:off + n]))
+        elif K is not None:  # packed on the device by the pack kernels
+            ad = run.ad
+            s = _rt.ENGINE.copy_stream(ad)
+            K.device_pack(p, _p2p._DeviceBytes(addr + p.lo, p.hi - p.lo), p.lo, _p2p._DeviceBytes(lay.addr + off, n),
+                          _p2p._kernel_stream(ad, s))
+            ad.stream_synchronize(s)
         else:
             ad = run.ad
             tmp = _pool.HOST.get(p.hi - p.lo)
@@ -545,9 +556,16 @@ def _unpack_blocks(run: Run, m, blist, lay: Flat) -> None:
         if not n:
             continue
         p = _plan.plan_for(dt, count)
+        K = _kernels(run, m)
         if run.ad is None:
             dst = _raw_host(addr + p.lo, p.hi - p.lo, True)
             p.unpack_from(_np(lay.arr[off:off + n]), dst, p.lo, n)
+        elif K is not None:  # unpacked on the device by the pack kernels
+            ad = run.ad
+            s = _rt.ENGINE.copy_stream(ad)
+            K.device_unpack(p, _p2p._DeviceBytes(lay.addr + off, n), _p2p._DeviceBytes(addr + p.lo, p.hi - p.lo), p.lo,
+                            n, _p2p._kernel_stream(ad, s))
+            ad.stream_synchronize(s)
         else:  # read, modify, write the span: bytes between the elements keep their values
             ad = run.ad
             span = p.hi - p.lo
@@ -563,6 +581,14 @@ def _unpack_blocks(run: Run, m, blist, lay: Flat) -> None:
             _pool.HOST.put(tmp)
             _pool.HOST.put(pk)
         off += n
+
+
+def _kernels(run: Run, m):
+    """``gpumpi.kernels.pack`` where it can pack user message ``m`` on its device (as the one
+    buffer path decides, ``_p2p._kernels_for``), else None (staged through host memory)."""
+    if run.ad is None or m.kind == HOST:
+        return None
+    return _p2p._kernels_for(m)
 
 
 def _raw_host(addr: int, n: int, writable: bool):
