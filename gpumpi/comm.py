@@ -1023,31 +1023,34 @@ class Comm(Handle):
             raise error(ERR_ROOT, f"{call}: invalid root ({root}, communicator size {self._size})")
         return root
 
-    def _coll_prep(self, prep, call: str, args):
+    def _coll_prep(self, prep, call: str, args, stream=None):
         """Validate and prepare a collective call (its tag is taken once the arguments are
         valid: a rank whose arguments fail has not entered the collective, as in MPI)."""
         self._check(call)
         if self.Is_inter():
             raise NotImplementedError(f"{call}: collectives on intercommunicators are not supported yet")
-        return prep(self, *args, call)
+        c = prep(self, *args, call)
+        if stream is not None:
+            _coll_exec.set_stream(c, stream, call)
+        return c
 
-    def _coll_block(self, prep, call: str, *args) -> None:
+    def _coll_block(self, prep, call: str, *args, stream=None) -> None:
         try:
-            _coll_exec.wait(self._coll_prep(prep, call, args))
+            _coll_exec.wait(self._coll_prep(prep, call, args, stream))
         except MPIException as e:
             self._raise(e)
 
-    def _coll_req(self, prep, call: str, *args) -> Request:
+    def _coll_req(self, prep, call: str, *args, stream=None) -> Request:
         try:
-            c = self._coll_prep(prep, call, args)
+            c = self._coll_prep(prep, call, args, stream)
             return Request._of(_coll_exec.start(c), self, None, c)
         except MPIException as e:
             self._raise(e)
 
-    def _coll_init(self, prep, call: str, *args, info=None) -> Prequest:
+    def _coll_init(self, prep, call: str, *args, info=None, stream=None) -> Prequest:
         try:
             _info_arg(info, call)
-            c = self._coll_prep(prep, call, args)
+            c = self._coll_prep(prep, call, args, stream)
             return Prequest._persistent(lambda c=c: _coll_exec.start(c), self, c)
         except MPIException as e:
             self._raise(e)
@@ -1056,181 +1059,181 @@ class Comm(Handle):
         """Barrier synchronization (MPI_Barrier)."""
         return self._coll_block(_calls.barrier, "Barrier")
 
-    def Bcast(self, buf, root: int = 0) -> None:
+    def Bcast(self, buf, root: int = 0, *, stream=None) -> None:
         """Broadcast data from one process to all others (MPI_Bcast)."""
-        return self._coll_block(_calls.bcast, "Bcast", buf, root)
+        return self._coll_block(_calls.bcast, "Bcast", buf, root, stream=stream)
 
-    def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
+    def Gather(self, sendbuf, recvbuf, root: int = 0, *, stream=None) -> None:
         """Gather data to one process from all processes (MPI_Gather)."""
-        return self._coll_block(_calls.gather, "Gather", False, sendbuf, recvbuf, root)
+        return self._coll_block(_calls.gather, "Gather", False, sendbuf, recvbuf, root, stream=stream)
 
-    def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
+    def Gatherv(self, sendbuf, recvbuf, root: int = 0, *, stream=None) -> None:
         """Gather varying amounts of data to one process (MPI_Gatherv)."""
-        return self._coll_block(_calls.gather, "Gatherv", True, sendbuf, recvbuf, root)
+        return self._coll_block(_calls.gather, "Gatherv", True, sendbuf, recvbuf, root, stream=stream)
 
-    def Scatter(self, sendbuf, recvbuf, root: int = 0) -> None:
+    def Scatter(self, sendbuf, recvbuf, root: int = 0, *, stream=None) -> None:
         """Scatter data from one process to all processes (MPI_Scatter)."""
-        return self._coll_block(_calls.scatter, "Scatter", False, sendbuf, recvbuf, root)
+        return self._coll_block(_calls.scatter, "Scatter", False, sendbuf, recvbuf, root, stream=stream)
 
-    def Scatterv(self, sendbuf, recvbuf, root: int = 0) -> None:
+    def Scatterv(self, sendbuf, recvbuf, root: int = 0, *, stream=None) -> None:
         """Scatter varying amounts of data from one process (MPI_Scatterv)."""
-        return self._coll_block(_calls.scatter, "Scatterv", True, sendbuf, recvbuf, root)
+        return self._coll_block(_calls.scatter, "Scatterv", True, sendbuf, recvbuf, root, stream=stream)
 
-    def Allgather(self, sendbuf, recvbuf) -> None:
+    def Allgather(self, sendbuf, recvbuf, *, stream=None) -> None:
         """Gather data from all processes to all processes (MPI_Allgather)."""
-        return self._coll_block(_calls.allgather, "Allgather", False, sendbuf, recvbuf)
+        return self._coll_block(_calls.allgather, "Allgather", False, sendbuf, recvbuf, stream=stream)
 
-    def Allgatherv(self, sendbuf, recvbuf) -> None:
+    def Allgatherv(self, sendbuf, recvbuf, *, stream=None) -> None:
         """Gather varying amounts of data from all processes to all (MPI_Allgatherv)."""
-        return self._coll_block(_calls.allgather, "Allgatherv", True, sendbuf, recvbuf)
+        return self._coll_block(_calls.allgather, "Allgatherv", True, sendbuf, recvbuf, stream=stream)
 
-    def Alltoall(self, sendbuf, recvbuf) -> None:
+    def Alltoall(self, sendbuf, recvbuf, *, stream=None) -> None:
         """All-to-all scatter/gather (MPI_Alltoall)."""
-        return self._coll_block(_calls.alltoall, "Alltoall", False, sendbuf, recvbuf)
+        return self._coll_block(_calls.alltoall, "Alltoall", False, sendbuf, recvbuf, stream=stream)
 
-    def Alltoallv(self, sendbuf, recvbuf) -> None:
+    def Alltoallv(self, sendbuf, recvbuf, *, stream=None) -> None:
         """All-to-all with varying counts and displacements (MPI_Alltoallv)."""
-        return self._coll_block(_calls.alltoall, "Alltoallv", True, sendbuf, recvbuf)
+        return self._coll_block(_calls.alltoall, "Alltoallv", True, sendbuf, recvbuf, stream=stream)
 
-    def Alltoallw(self, sendbuf, recvbuf) -> None:
+    def Alltoallw(self, sendbuf, recvbuf, *, stream=None) -> None:
         """All-to-all with varying counts, byte displacements and datatypes (MPI_Alltoallw)."""
-        return self._coll_block(_calls.alltoallw, "Alltoallw", sendbuf, recvbuf)
+        return self._coll_block(_calls.alltoallw, "Alltoallw", sendbuf, recvbuf, stream=stream)
 
-    def Reduce(self, sendbuf, recvbuf, op: Op = SUM, root: int = 0) -> None:
+    def Reduce(self, sendbuf, recvbuf, op: Op = SUM, root: int = 0, *, stream=None) -> None:
         """Reduce to root (MPI_Reduce)."""
-        return self._coll_block(_calls.reduce, "Reduce", sendbuf, recvbuf, op, root)
+        return self._coll_block(_calls.reduce, "Reduce", sendbuf, recvbuf, op, root, stream=stream)
 
-    def Allreduce(self, sendbuf, recvbuf, op: Op = SUM) -> None:
+    def Allreduce(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> None:
         """Reduce to all processes (MPI_Allreduce)."""
-        return self._coll_block(_calls.allreduce, "Allreduce", sendbuf, recvbuf, op)
+        return self._coll_block(_calls.allreduce, "Allreduce", sendbuf, recvbuf, op, stream=stream)
 
-    def Reduce_scatter_block(self, sendbuf, recvbuf, op: Op = SUM) -> None:
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> None:
         """Reduce, then scatter equal blocks of the result (MPI_Reduce_scatter_block)."""
-        return self._coll_block(_calls.reduce_scatter_block, "Reduce_scatter_block", sendbuf, recvbuf, op)
+        return self._coll_block(_calls.reduce_scatter_block, "Reduce_scatter_block", sendbuf, recvbuf, op, stream=stream)
 
-    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op: Op = SUM) -> None:
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op: Op = SUM, *, stream=None) -> None:
         """Reduce, then scatter blocks of the result by counts (MPI_Reduce_scatter)."""
-        return self._coll_block(_calls.reduce_scatter, "Reduce_scatter", sendbuf, recvbuf, recvcounts, op)
+        return self._coll_block(_calls.reduce_scatter, "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, stream=stream)
 
     def Ibarrier(self) -> Request:
-        """Nonblocking barrier synchronization (MPI_IBarrier)."""
+        """Nonblocking barrier synchronization (MPI_Ibarrier)."""
         return self._coll_req(_calls.barrier, "Ibarrier")
 
-    def Ibcast(self, buf, root: int = 0) -> Request:
-        """Nonblocking broadcast data from one process to all others (MPI_IBcast)."""
-        return self._coll_req(_calls.bcast, "Ibcast", buf, root)
+    def Ibcast(self, buf, root: int = 0, *, stream=None) -> Request:
+        """Nonblocking broadcast data from one process to all others (MPI_Ibcast)."""
+        return self._coll_req(_calls.bcast, "Ibcast", buf, root, stream=stream)
 
-    def Igather(self, sendbuf, recvbuf, root: int = 0) -> Request:
-        """Nonblocking gather data to one process from all processes (MPI_IGather)."""
-        return self._coll_req(_calls.gather, "Igather", False, sendbuf, recvbuf, root)
+    def Igather(self, sendbuf, recvbuf, root: int = 0, *, stream=None) -> Request:
+        """Nonblocking gather data to one process from all processes (MPI_Igather)."""
+        return self._coll_req(_calls.gather, "Igather", False, sendbuf, recvbuf, root, stream=stream)
 
-    def Igatherv(self, sendbuf, recvbuf, root: int = 0) -> Request:
-        """Nonblocking gather varying amounts of data to one process (MPI_IGatherv)."""
-        return self._coll_req(_calls.gather, "Igatherv", True, sendbuf, recvbuf, root)
+    def Igatherv(self, sendbuf, recvbuf, root: int = 0, *, stream=None) -> Request:
+        """Nonblocking gather varying amounts of data to one process (MPI_Igatherv)."""
+        return self._coll_req(_calls.gather, "Igatherv", True, sendbuf, recvbuf, root, stream=stream)
 
-    def Iscatter(self, sendbuf, recvbuf, root: int = 0) -> Request:
-        """Nonblocking scatter data from one process to all processes (MPI_IScatter)."""
-        return self._coll_req(_calls.scatter, "Iscatter", False, sendbuf, recvbuf, root)
+    def Iscatter(self, sendbuf, recvbuf, root: int = 0, *, stream=None) -> Request:
+        """Nonblocking scatter data from one process to all processes (MPI_Iscatter)."""
+        return self._coll_req(_calls.scatter, "Iscatter", False, sendbuf, recvbuf, root, stream=stream)
 
-    def Iscatterv(self, sendbuf, recvbuf, root: int = 0) -> Request:
-        """Nonblocking scatter varying amounts of data from one process (MPI_IScatterv)."""
-        return self._coll_req(_calls.scatter, "Iscatterv", True, sendbuf, recvbuf, root)
+    def Iscatterv(self, sendbuf, recvbuf, root: int = 0, *, stream=None) -> Request:
+        """Nonblocking scatter varying amounts of data from one process (MPI_Iscatterv)."""
+        return self._coll_req(_calls.scatter, "Iscatterv", True, sendbuf, recvbuf, root, stream=stream)
 
-    def Iallgather(self, sendbuf, recvbuf) -> Request:
-        """Nonblocking gather data from all processes to all processes (MPI_IAllgather)."""
-        return self._coll_req(_calls.allgather, "Iallgather", False, sendbuf, recvbuf)
+    def Iallgather(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Nonblocking gather data from all processes to all processes (MPI_Iallgather)."""
+        return self._coll_req(_calls.allgather, "Iallgather", False, sendbuf, recvbuf, stream=stream)
 
-    def Iallgatherv(self, sendbuf, recvbuf) -> Request:
-        """Nonblocking gather varying amounts of data from all processes to all (MPI_IAllgatherv)."""
-        return self._coll_req(_calls.allgather, "Iallgatherv", True, sendbuf, recvbuf)
+    def Iallgatherv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Nonblocking gather varying amounts of data from all processes to all (MPI_Iallgatherv)."""
+        return self._coll_req(_calls.allgather, "Iallgatherv", True, sendbuf, recvbuf, stream=stream)
 
-    def Ialltoall(self, sendbuf, recvbuf) -> Request:
-        """Nonblocking all-to-all scatter/gather (MPI_IAlltoall)."""
-        return self._coll_req(_calls.alltoall, "Ialltoall", False, sendbuf, recvbuf)
+    def Ialltoall(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Nonblocking all-to-all scatter/gather (MPI_Ialltoall)."""
+        return self._coll_req(_calls.alltoall, "Ialltoall", False, sendbuf, recvbuf, stream=stream)
 
-    def Ialltoallv(self, sendbuf, recvbuf) -> Request:
-        """Nonblocking all-to-all with varying counts and displacements (MPI_IAlltoallv)."""
-        return self._coll_req(_calls.alltoall, "Ialltoallv", True, sendbuf, recvbuf)
+    def Ialltoallv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Nonblocking all-to-all with varying counts and displacements (MPI_Ialltoallv)."""
+        return self._coll_req(_calls.alltoall, "Ialltoallv", True, sendbuf, recvbuf, stream=stream)
 
-    def Ialltoallw(self, sendbuf, recvbuf) -> Request:
-        """Nonblocking all-to-all with varying counts, byte displacements and datatypes (MPI_IAlltoallw)."""
-        return self._coll_req(_calls.alltoallw, "Ialltoallw", sendbuf, recvbuf)
+    def Ialltoallw(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Nonblocking all-to-all with varying counts, byte displacements and datatypes (MPI_Ialltoallw)."""
+        return self._coll_req(_calls.alltoallw, "Ialltoallw", sendbuf, recvbuf, stream=stream)
 
-    def Ireduce(self, sendbuf, recvbuf, op: Op = SUM, root: int = 0) -> Request:
-        """Nonblocking reduce to root (MPI_IReduce)."""
-        return self._coll_req(_calls.reduce, "Ireduce", sendbuf, recvbuf, op, root)
+    def Ireduce(self, sendbuf, recvbuf, op: Op = SUM, root: int = 0, *, stream=None) -> Request:
+        """Nonblocking reduce to root (MPI_Ireduce)."""
+        return self._coll_req(_calls.reduce, "Ireduce", sendbuf, recvbuf, op, root, stream=stream)
 
-    def Iallreduce(self, sendbuf, recvbuf, op: Op = SUM) -> Request:
-        """Nonblocking reduce to all processes (MPI_IAllreduce)."""
-        return self._coll_req(_calls.allreduce, "Iallreduce", sendbuf, recvbuf, op)
+    def Iallreduce(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> Request:
+        """Nonblocking reduce to all processes (MPI_Iallreduce)."""
+        return self._coll_req(_calls.allreduce, "Iallreduce", sendbuf, recvbuf, op, stream=stream)
 
-    def Ireduce_scatter_block(self, sendbuf, recvbuf, op: Op = SUM) -> Request:
-        """Nonblocking reduce, then scatter equal blocks of the result (MPI_IReduce_scatter_block)."""
-        return self._coll_req(_calls.reduce_scatter_block, "Ireduce_scatter_block", sendbuf, recvbuf, op)
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> Request:
+        """Nonblocking reduce, then scatter equal blocks of the result (MPI_Ireduce_scatter_block)."""
+        return self._coll_req(_calls.reduce_scatter_block, "Ireduce_scatter_block", sendbuf, recvbuf, op, stream=stream)
 
-    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op: Op = SUM) -> Request:
-        """Nonblocking reduce, then scatter blocks of the result by counts (MPI_IReduce_scatter)."""
-        return self._coll_req(_calls.reduce_scatter, "Ireduce_scatter", sendbuf, recvbuf, recvcounts, op)
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op: Op = SUM, *, stream=None) -> Request:
+        """Nonblocking reduce, then scatter blocks of the result by counts (MPI_Ireduce_scatter)."""
+        return self._coll_req(_calls.reduce_scatter, "Ireduce_scatter", sendbuf, recvbuf, recvcounts, op, stream=stream)
 
     def Barrier_init(self, info=None) -> Prequest:
         """Persistent barrier synchronization (MPI_Barrier_init)."""
         return self._coll_init(_calls.barrier, "Barrier_init", info=info)
 
-    def Bcast_init(self, buf, root: int = 0, info=None) -> Prequest:
+    def Bcast_init(self, buf, root: int = 0, info=None, *, stream=None) -> Prequest:
         """Persistent broadcast data from one process to all others (MPI_Bcast_init)."""
-        return self._coll_init(_calls.bcast, "Bcast_init", buf, root, info=info)
+        return self._coll_init(_calls.bcast, "Bcast_init", buf, root, info=info, stream=stream)
 
-    def Gather_init(self, sendbuf, recvbuf, root: int = 0, info=None) -> Prequest:
+    def Gather_init(self, sendbuf, recvbuf, root: int = 0, info=None, *, stream=None) -> Prequest:
         """Persistent gather data to one process from all processes (MPI_Gather_init)."""
-        return self._coll_init(_calls.gather, "Gather_init", False, sendbuf, recvbuf, root, info=info)
+        return self._coll_init(_calls.gather, "Gather_init", False, sendbuf, recvbuf, root, info=info, stream=stream)
 
-    def Gatherv_init(self, sendbuf, recvbuf, root: int = 0, info=None) -> Prequest:
+    def Gatherv_init(self, sendbuf, recvbuf, root: int = 0, info=None, *, stream=None) -> Prequest:
         """Persistent gather varying amounts of data to one process (MPI_Gatherv_init)."""
-        return self._coll_init(_calls.gather, "Gatherv_init", True, sendbuf, recvbuf, root, info=info)
+        return self._coll_init(_calls.gather, "Gatherv_init", True, sendbuf, recvbuf, root, info=info, stream=stream)
 
-    def Scatter_init(self, sendbuf, recvbuf, root: int = 0, info=None) -> Prequest:
+    def Scatter_init(self, sendbuf, recvbuf, root: int = 0, info=None, *, stream=None) -> Prequest:
         """Persistent scatter data from one process to all processes (MPI_Scatter_init)."""
-        return self._coll_init(_calls.scatter, "Scatter_init", False, sendbuf, recvbuf, root, info=info)
+        return self._coll_init(_calls.scatter, "Scatter_init", False, sendbuf, recvbuf, root, info=info, stream=stream)
 
-    def Scatterv_init(self, sendbuf, recvbuf, root: int = 0, info=None) -> Prequest:
+    def Scatterv_init(self, sendbuf, recvbuf, root: int = 0, info=None, *, stream=None) -> Prequest:
         """Persistent scatter varying amounts of data from one process (MPI_Scatterv_init)."""
-        return self._coll_init(_calls.scatter, "Scatterv_init", True, sendbuf, recvbuf, root, info=info)
+        return self._coll_init(_calls.scatter, "Scatterv_init", True, sendbuf, recvbuf, root, info=info, stream=stream)
 
-    def Allgather_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+    def Allgather_init(self, sendbuf, recvbuf, info=None, *, stream=None) -> Prequest:
         """Persistent gather data from all processes to all processes (MPI_Allgather_init)."""
-        return self._coll_init(_calls.allgather, "Allgather_init", False, sendbuf, recvbuf, info=info)
+        return self._coll_init(_calls.allgather, "Allgather_init", False, sendbuf, recvbuf, info=info, stream=stream)
 
-    def Allgatherv_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+    def Allgatherv_init(self, sendbuf, recvbuf, info=None, *, stream=None) -> Prequest:
         """Persistent gather varying amounts of data from all processes to all (MPI_Allgatherv_init)."""
-        return self._coll_init(_calls.allgather, "Allgatherv_init", True, sendbuf, recvbuf, info=info)
+        return self._coll_init(_calls.allgather, "Allgatherv_init", True, sendbuf, recvbuf, info=info, stream=stream)
 
-    def Alltoall_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+    def Alltoall_init(self, sendbuf, recvbuf, info=None, *, stream=None) -> Prequest:
         """Persistent all-to-all scatter/gather (MPI_Alltoall_init)."""
-        return self._coll_init(_calls.alltoall, "Alltoall_init", False, sendbuf, recvbuf, info=info)
+        return self._coll_init(_calls.alltoall, "Alltoall_init", False, sendbuf, recvbuf, info=info, stream=stream)
 
-    def Alltoallv_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+    def Alltoallv_init(self, sendbuf, recvbuf, info=None, *, stream=None) -> Prequest:
         """Persistent all-to-all with varying counts and displacements (MPI_Alltoallv_init)."""
-        return self._coll_init(_calls.alltoall, "Alltoallv_init", True, sendbuf, recvbuf, info=info)
+        return self._coll_init(_calls.alltoall, "Alltoallv_init", True, sendbuf, recvbuf, info=info, stream=stream)
 
-    def Alltoallw_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+    def Alltoallw_init(self, sendbuf, recvbuf, info=None, *, stream=None) -> Prequest:
         """Persistent all-to-all with varying counts, byte displacements and datatypes (MPI_Alltoallw_init)."""
-        return self._coll_init(_calls.alltoallw, "Alltoallw_init", sendbuf, recvbuf, info=info)
+        return self._coll_init(_calls.alltoallw, "Alltoallw_init", sendbuf, recvbuf, info=info, stream=stream)
 
-    def Reduce_init(self, sendbuf, recvbuf, op: Op = SUM, root: int = 0, info=None) -> Prequest:
+    def Reduce_init(self, sendbuf, recvbuf, op: Op = SUM, root: int = 0, info=None, *, stream=None) -> Prequest:
         """Persistent reduce to root (MPI_Reduce_init)."""
-        return self._coll_init(_calls.reduce, "Reduce_init", sendbuf, recvbuf, op, root, info=info)
+        return self._coll_init(_calls.reduce, "Reduce_init", sendbuf, recvbuf, op, root, info=info, stream=stream)
 
-    def Allreduce_init(self, sendbuf, recvbuf, op: Op = SUM, info=None) -> Prequest:
+    def Allreduce_init(self, sendbuf, recvbuf, op: Op = SUM, info=None, *, stream=None) -> Prequest:
         """Persistent reduce to all processes (MPI_Allreduce_init)."""
-        return self._coll_init(_calls.allreduce, "Allreduce_init", sendbuf, recvbuf, op, info=info)
+        return self._coll_init(_calls.allreduce, "Allreduce_init", sendbuf, recvbuf, op, info=info, stream=stream)
 
-    def Reduce_scatter_block_init(self, sendbuf, recvbuf, op: Op = SUM, info=None) -> Prequest:
+    def Reduce_scatter_block_init(self, sendbuf, recvbuf, op: Op = SUM, info=None, *, stream=None) -> Prequest:
         """Persistent reduce, then scatter equal blocks of the result (MPI_Reduce_scatter_block_init)."""
-        return self._coll_init(_calls.reduce_scatter_block, "Reduce_scatter_block_init", sendbuf, recvbuf, op, info=info)
+        return self._coll_init(_calls.reduce_scatter_block, "Reduce_scatter_block_init", sendbuf, recvbuf, op, info=info, stream=stream)
 
-    def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None, op: Op = SUM, info=None) -> Prequest:
+    def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None, op: Op = SUM, info=None, *, stream=None) -> Prequest:
         """Persistent reduce, then scatter blocks of the result by counts (MPI_Reduce_scatter_init)."""
-        return self._coll_init(_calls.reduce_scatter, "Reduce_scatter_init", sendbuf, recvbuf, recvcounts, op, info=info)
+        return self._coll_init(_calls.reduce_scatter, "Reduce_scatter_init", sendbuf, recvbuf, recvcounts, op, info=info, stream=stream)
 
     # --- lowercase (object) collectives: gpumpi.collectives._lower --------------------------
     def _ocoll(self, fn, call: str, *args):
@@ -1376,29 +1379,29 @@ class Intracomm(Comm):
         except MPIException as e:
             self._raise(e)
 
-    def Scan(self, sendbuf, recvbuf, op: Op = SUM) -> None:
+    def Scan(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> None:
         """Inclusive prefix reduction (MPI_Scan)."""
-        return self._coll_block(_calls.scan, "Scan", sendbuf, recvbuf, op)
+        return self._coll_block(_calls.scan, "Scan", sendbuf, recvbuf, op, stream=stream)
 
-    def Exscan(self, sendbuf, recvbuf, op: Op = SUM) -> None:
+    def Exscan(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> None:
         """Exclusive prefix reduction (MPI_Exscan)."""
-        return self._coll_block(_calls.exscan, "Exscan", sendbuf, recvbuf, op)
+        return self._coll_block(_calls.exscan, "Exscan", sendbuf, recvbuf, op, stream=stream)
 
-    def Iscan(self, sendbuf, recvbuf, op: Op = SUM) -> Request:
-        """Nonblocking inclusive prefix reduction (MPI_IScan)."""
-        return self._coll_req(_calls.scan, "Iscan", sendbuf, recvbuf, op)
+    def Iscan(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> Request:
+        """Nonblocking inclusive prefix reduction (MPI_Iscan)."""
+        return self._coll_req(_calls.scan, "Iscan", sendbuf, recvbuf, op, stream=stream)
 
-    def Iexscan(self, sendbuf, recvbuf, op: Op = SUM) -> Request:
-        """Nonblocking exclusive prefix reduction (MPI_IExscan)."""
-        return self._coll_req(_calls.exscan, "Iexscan", sendbuf, recvbuf, op)
+    def Iexscan(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> Request:
+        """Nonblocking exclusive prefix reduction (MPI_Iexscan)."""
+        return self._coll_req(_calls.exscan, "Iexscan", sendbuf, recvbuf, op, stream=stream)
 
-    def Scan_init(self, sendbuf, recvbuf, op: Op = SUM, info=None) -> Prequest:
+    def Scan_init(self, sendbuf, recvbuf, op: Op = SUM, info=None, *, stream=None) -> Prequest:
         """Persistent inclusive prefix reduction (MPI_Scan_init)."""
-        return self._coll_init(_calls.scan, "Scan_init", sendbuf, recvbuf, op, info=info)
+        return self._coll_init(_calls.scan, "Scan_init", sendbuf, recvbuf, op, info=info, stream=stream)
 
-    def Exscan_init(self, sendbuf, recvbuf, op: Op = SUM, info=None) -> Prequest:
+    def Exscan_init(self, sendbuf, recvbuf, op: Op = SUM, info=None, *, stream=None) -> Prequest:
         """Persistent exclusive prefix reduction (MPI_Exscan_init)."""
-        return self._coll_init(_calls.exscan, "Exscan_init", sendbuf, recvbuf, op, info=info)
+        return self._coll_init(_calls.exscan, "Exscan_init", sendbuf, recvbuf, op, info=info, stream=stream)
 
     def scan(self, sendobj, op=SUM):
         """Inclusive prefix reduction of Python objects (MPI_Scan)."""

@@ -112,7 +112,7 @@ class Coll:
     """A prepared collective (see the module docstring)."""
 
     __slots__ = ("comm", "call", "tag", "sched", "unit", "kind", "bufs", "op", "dt", "sig", "pre", "post",
-                 "keep", "soft")
+                 "keep", "soft", "stream")
 
     def __init__(self, comm, call: str, sched, unit: int, kind: str, bufs: dict, sig: int = 0,
                  op=None, dt=None, keep=None) -> None:
@@ -126,6 +126,7 @@ class Coll:
         self.pre, self.post = [], []  # run at start (pack inputs) / at the end (unpack results)
         self.keep = keep
         self.soft = []  # errors found while preparing, raised at completion on this rank only
+        self.stream = None  # the caller's stream= (device memory): its queued work comes first
 
 
 class Run:
@@ -156,8 +157,8 @@ class Run:
         with eng.lock:
             if self.ad is not None and eng.stream_mode != "none":
                 # local steps (copies, reductions, packing) read device buffers on gpumpi's
-                # streams: the work the caller queued on the current stream comes first
-                self.ad.stream_synchronize(self.ad.current_stream())
+                # streams: the work the caller queued (on stream=, else the current stream) comes first
+                self.ad.stream_synchronize(c.stream if c.stream is not None else self.ad.current_stream())
             for fn in c.pre:
                 fn(self)
             for k, units in enumerate(c.sched.tmp):
@@ -598,6 +599,13 @@ def _raw_host(addr: int, n: int, writable: bool):
 
 
 # --- running -------------------------------------------------------------------------------------
+
+
+def set_stream(c: Coll, stream, call: str) -> None:
+    """A collective's ``stream=`` (gpumpi's extension): TypeError unless it suits the memory."""
+    if c.kind != HOST:
+        _device.adapter_for(c.kind).check_stream(stream)
+        c.stream = stream
 
 
 def start(c: Coll) -> Xfer:

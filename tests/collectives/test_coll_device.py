@@ -305,3 +305,28 @@ def test_non_contiguous_device_buffers_are_packed_on_the_device(n):
     (numba's simulator), holes untouched, results right."""
     for calls in run_ranks(_strided_device_types, n, timeout=90):
         assert calls.count("pack") >= 2 and calls.count("unpack") >= 1, calls
+
+
+def _stream_keyword():
+    from gpumpi import MPI
+    from gpumpi._device import sim_adapter
+    from gpumpi.testing import SimDeviceArray
+
+    c = MPI.COMM_WORLD
+    ad = sim_adapter()
+    s = ad.stream_create()
+    buf = SimDeviceArray.from_numpy(np.arange(5.0) if c.rank == 0 else np.zeros(5))
+    c.Bcast(buf, 0, stream=s)
+    assert np.array_equal(np.asarray(buf.get()), np.arange(5.0))
+    out = SimDeviceArray.from_numpy(np.zeros(5))
+    c.Iallreduce(buf, out, MPI.SUM, stream=s).Wait()
+    assert np.array_equal(np.asarray(out.get()), np.arange(5.0) * c.size)
+    with pytest.raises(TypeError):
+        c.Allreduce(buf, out, MPI.SUM, stream="not a stream")
+    c.Allreduce(np.ones(2), np.zeros(2), MPI.SUM, stream=s)  # host memory: the stream has nothing to order
+    return True
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_collectives_take_a_stream_keyword(n):
+    assert run_ranks(_stream_keyword, n, timeout=60, env={"GPUMPI_DEVICE": "sim"}) == [True] * n
