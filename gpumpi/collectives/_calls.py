@@ -29,7 +29,8 @@ from ..datatypes import plan as _plan
 from ..errors import ERR_TYPE, error
 from ..op import Op, check_op, reduce_unit
 from . import select
-from ._execute import Blocks, Coll, Flat, host_array, packed_in, packed_out, resized_in, resized_out
+from ..datatypes.predefined import BYTE
+from ._execute import Blocks, Coll, Flat, host_array, packed_in, packed_out, raw_msg, resized_in, resized_out
 from .schedule import RBUF, SBUF
 
 _EMPTY = Flat(memoryview(bytearray()), 0, 0)
@@ -342,8 +343,7 @@ def _wspec(spec, readonly: bool, blocks: int, call: str):
         if cnt < 0:
             raise ValueError(f"{_prefix(call)}message: negative count {cnt}")
     # the buffer: parsed as bytes, so every block can be checked against it
-    m = message_simple([o_buf, 0, _byte()] if is_bottom(o_buf) else o_buf if isinstance(o_buf, (bytes, bytearray, memoryview)) else
-                       [o_buf, _byte()], readonly, 0, 1, call) if not is_bottom(o_buf) else None
+    m = None if is_bottom(o_buf) else message_simple([o_buf, BYTE], readonly, 0, 1, call)
     if m is not None:
         for i, (cnt, d, t) in enumerate(zip(counts, displs, types)):
             if cnt:
@@ -354,35 +354,19 @@ def _wspec(spec, readonly: bool, blocks: int, call: str):
     return m, counts, displs, types
 
 
-def _byte():
-    from ..datatypes.predefined import BYTE
-
-    return BYTE
-
-
-def _bottom_msg(kind=HOST):
-    from .._buffers import Msg
-
-    m = Msg()
-    m.obj = m._view = m._mem = None
-    m.addr, m.count, m.datatype, m.nbytes, m.span, m.lo = 0, 0, _byte(), 0, 0, 0
-    m.blocks, m.kind, m.contiguous = 1, kind, True
-    return m
-
-
 def alltoallw(comm, sendbuf, recvbuf, call: str) -> Coll:
     comm._check(call)
     size = comm._size
     r, rc, rd, rt = _wspec(recvbuf, False, size, call)
     inplace = is_in_place(sendbuf)
     if r is None:
-        r = _bottom_msg()
+        r = raw_msg(HOST, 0, 0)
     if inplace:
         s, sc, sd, st = None, rc, rd, rt
     else:
         s, sc, sd, st = _wspec(sendbuf, True, size, call)
         if s is None:
-            s = _bottom_msg()
+            s = raw_msg(HOST, 0, 0)
     kind = _kind(r, s)
     rn = tuple(cnt * t._size for cnt, t in zip(rc, rt))
     sn = tuple(cnt * t._size for cnt, t in zip(sc, st))

@@ -99,7 +99,7 @@ def _piece(lay, lo: int, hi: int, unit: int, call: str):
     return _piece(lay.flats[i], lo - lay.starts[i], hi - lay.starts[i], unit, call)
 
 
-def _raw(kind: str, addr: int, nbytes: int) -> Msg:
+def raw_msg(kind: str, addr: int, nbytes: int) -> Msg:
     """A contiguous message of ``nbytes`` bytes of device memory at ``addr`` (for ``_p2p``)."""
     m = Msg()
     m.obj = m._view = m._mem = None
@@ -270,7 +270,7 @@ class Run:
             if arr is not None:
                 x = eng.isend([arr], n, wpeer, comm._rank, c.tag, ctx, 0, c.call, (addr,), sig)
             else:
-                x = _p2p.isend(_raw(kind, addr, n), wpeer, comm._rank, c.tag, ctx, 0, c.call, sig=sig)
+                x = _p2p.isend(raw_msg(kind, addr, n), wpeer, comm._rank, c.tag, ctx, 0, c.call, sig=sig)
             if x is SENT or x.done:
                 if x is not SENT and x.err:
                     self._failed(x)
@@ -281,7 +281,7 @@ class Run:
         if arr is not None:
             x = eng.irecv(arr, n, peer, wpeer, c.tag, ctx, c.call, addr, 0, None, None, exchange)
         else:
-            x = _p2p.irecv(_raw(kind, addr, n), peer, wpeer, c.tag, ctx, c.call, sig=0)
+            x = _p2p.irecv(raw_msg(kind, addr, n), peer, wpeer, c.tag, ctx, c.call, sig=0)
         if x.done:
             self._check(x, b, n, peer)
             return
@@ -520,12 +520,12 @@ def _packed(coll: Coll, b: int, m, count: int, blocks, unit: int, inp: bool, out
 
 def _pack_blocks(run: Run, m, blist, lay: Flat) -> None:
     off = 0
+    K = _kernels(run, m)
     for addr, count, dt in blist:
         n = count * dt._size
         if not n:
             continue
         p = _plan.plan_for(dt, count)
-        K = _kernels(run, m)
         if run.ad is None:
             src = _raw_host(addr + p.lo, p.hi - p.lo, False)
             p.pack_into(src, p.lo, _np(lay.arr[off:off + n]))
@@ -552,12 +552,12 @@ def _pack_blocks(run: Run, m, blist, lay: Flat) -> None:
 
 def _unpack_blocks(run: Run, m, blist, lay: Flat) -> None:
     off = 0
+    K = _kernels(run, m)
     for addr, count, dt in blist:
         n = count * dt._size
         if not n:
             continue
         p = _plan.plan_for(dt, count)
-        K = _kernels(run, m)
         if run.ad is None:
             dst = _raw_host(addr + p.lo, p.hi - p.lo, True)
             p.unpack_from(_np(lay.arr[off:off + n]), dst, p.lo, n)

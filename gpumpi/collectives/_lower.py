@@ -28,7 +28,6 @@ from __future__ import annotations
 from .. import _objects
 from .. import _pickle
 from .. import _runtime as _rt
-from ..errors import error
 
 _STANDARD = 0
 
@@ -44,24 +43,13 @@ def _irecv(comm, src: int, tag: int, call: str):
     return _objects.irecv(src, tag, comm._w, comm._ctx + 1, call, True)
 
 
-def _wait(xs) -> None:
-    eng = _rt.ENGINE
-    for x in xs:
-        if x is None:
-            continue
-        if not x.done:
-            eng.wait(x)
-        if x.err:
-            raise error(x.err, x.errmsg)
-
-
 def _load(comm, x, call: str):
-    _wait([x])
+    comm._cwait([x])
     return _objects.load(x, call, comm._w, comm._ctx + 1)
 
 
 def _send(comm, obj, dest: int, tag: int, call: str) -> None:
-    _wait([_isend(comm, obj, dest, tag, call)])
+    comm._cwait([_isend(comm, obj, dest, tag, call)])
 
 
 def _recv(comm, src: int, tag: int, call: str):
@@ -71,7 +59,7 @@ def _recv(comm, src: int, tag: int, call: str):
 def _sendrecv(comm, obj, peer: int, tag: int, call: str):
     r = _irecv(comm, peer, tag, call)
     s = _isend(comm, obj, peer, tag, call)
-    _wait([s])
+    comm._cwait([s])
     return _load(comm, r, call)
 
 
@@ -103,7 +91,7 @@ def bcast(comm, obj, root: int, call: str):
         if rel + mask < n:
             xs.append(_isend(comm, payload, (rel + mask + root) % n, tag, call))
         mask >>= 1
-    _wait(xs)
+    comm._cwait(xs)
     return got
 
 
@@ -134,7 +122,7 @@ def scatter(comm, obj, root: int, call: str):
     if r != root:
         return _recv(comm, root, tag, call)
     xs = [_isend(comm, items[p], p, tag, call) for p in range(n) if p != r]
-    _wait(xs)
+    comm._cwait(xs)
     return _copy(items[r])
 
 
@@ -143,7 +131,7 @@ def allgather(comm, obj, call: str):
     n, r = comm._size, comm._rank
     rs = [None if p == r else _irecv(comm, p, tag, call) for p in range(n)]
     ss = [_isend(comm, obj, p, tag, call) for p in range(n) if p != r]
-    _wait(ss)
+    comm._cwait(ss)
     return [_copy(obj) if p == r else _load(comm, rs[p], call) for p in range(n)]
 
 
@@ -153,7 +141,7 @@ def alltoall(comm, obj, call: str):
     tag = comm._ctag()
     rs = [None if p == r else _irecv(comm, p, tag, call) for p in range(n)]
     ss = [_isend(comm, items[p], p, tag, call) for p in range(n) if p != r]
-    _wait(ss)
+    comm._cwait(ss)
     return [_copy(items[r]) if p == r else _load(comm, rs[p], call) for p in range(n)]
 
 
