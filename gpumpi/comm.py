@@ -1027,8 +1027,8 @@ class Comm(Handle):
         """Validate and prepare a collective call (its tag is taken once the arguments are
         valid: a rank whose arguments fail has not entered the collective, as in MPI)."""
         self._check(call)
-        if self.Is_inter():
-            raise NotImplementedError(f"{call}: collectives on intercommunicators are not supported yet")
+        if isinstance(self, Intercomm):  # the inter form of the same parser (mpi4py's inter branches)
+            prep = _calls.INTER[prep.__name__]
         c = prep(self, *args, call)
         if stream is not None:
             _coll_exec.set_stream(c, stream, call)
@@ -1239,8 +1239,11 @@ class Comm(Handle):
     def _ocoll(self, fn, call: str, *args):
         try:
             self._check(call)
-            if self.Is_inter():
-                raise NotImplementedError(f"{call}: collectives on intercommunicators are not supported yet")
+            if isinstance(self, Intercomm):  # MPICH's inter algorithms on objects (_lower.INTER)
+                fn = _lower.INTER[call]
+                if call == "bcast":
+                    with _commctx.lock(self, "bcast"):
+                        return fn(self, *args, call)
             return fn(self, *args, call)
         except MPIException as e:
             self._raise(e)
@@ -1411,9 +1414,28 @@ class Intracomm(Comm):
         """Exclusive prefix reduction of Python objects; None at rank 0 (MPI_Exscan)."""
         return self._ocoll(lambda c, o, p, call: _lower.scan(c, o, p, call, True), "exscan", sendobj, op)
 
-    def Create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag: int = 0):
-        """Create an intercommunicator (MPI_Intercomm_create)."""
-        raise NotImplementedError("Intracomm.Create_intercomm: intercommunicators are not supported yet")
+    def Create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag: int = 0) -> "Intercomm":
+        """Create an intercommunicator joining this group and another (MPI_Intercomm_create).
+
+        Collective over this communicator and, at the same time, over the other group's.  The
+        leaders (``local_leader`` here, ``remote_leader``: its rank in ``peer_comm``) exchange
+        the groups over ``peer_comm`` with ``tag`` (point-to-point: no other message with that
+        tag may be pending between them); ``peer_comm`` and ``remote_leader`` matter at the
+        leader only.  The groups must be disjoint.
+
+        Raises:
+            MPI.Exception: ERR_RANK for a leader out of range (a bad remote leader fails the
+                whole local group), ERR_COMM when the groups overlap, ERR_TAG for a bad tag.
+        """
+        call = "Intracomm.Create_intercomm"
+        try:
+            self._check(call)
+            leader = _int_arg(local_leader, call, "local_leader")
+            if not 0 <= leader < self._size:
+                raise error(ERR_RANK, f"{call}: invalid local leader ({leader}, communicator size {self._size})")
+            return _intercomm_create(self, leader, peer_comm, remote_leader, self._stag(tag, call), call)
+        except MPIException as e:
+            self._raise(e)
 
 
 
@@ -1470,20 +1492,255 @@ class Distgraphcomm(Topocomm):
 
 
 class Intercomm(Comm):
-    """Intercommunicator (constructors arrive with the communicator issue)."""
+    """Intercommunicator (MPI_Comm of two groups).
 
-    __slots__ = ()
+    Point-to-point ranks and collectives address the REMOTE group (``_w``); ``Get_size`` and
+    ``Get_rank`` are about the local group (``_rw``).  ``_local`` is a private
+    intracommunicator of the local group (the context block after the intercommunicator's):
+    the local phases of collectives run on it, and the intercommunicator's collective tags
+    are its tags, so the two never cross.
+    """
+
+    __slots__ = ("_local",)
+
+    def __init__(self, comm: "Comm | None" = None) -> None:
+        if isinstance(comm, Comm) and comm._ctx >= 0 and not isinstance(comm, Intercomm):
+            raise TypeError(f"Intercomm: expecting an intercommunicator (got {type(comm).__name__})")
+        super().__init__(comm)
+
+    def _set_null(self) -> None:
+        super()._set_null()
+        self._local = None
+
+    def _copy_from(self, comm: "Comm") -> None:
+        super()._copy_from(comm)
+        self._local = comm._local
+
+    def _ctag(self) -> int:
+        return self._local._ctag()
 
     def Is_inter(self) -> bool:
         """Return whether this is an intercommunicator: always (MPI_Comm_test_inter)."""
         self._check("Comm.Is_inter")
         return True
 
+    # --- queries --------------------------------------------------------------------------
+    def Get_remote_size(self) -> int:
+        """Number of processes of the remote group (MPI_Comm_remote_size)."""
+        self._check("Intercomm.Get_remote_size")
+        return len(self._w)
+
+    def Get_remote_group(self) -> Group:
+        """The remote group (MPI_Comm_remote_group)."""
+        self._check("Intercomm.Get_remote_group")
+        return Group._of(self._w, self._rw[self._rank])
+
+    remote_size = property(Get_remote_size)
+    remote_group = property(Get_remote_group)
+
+    def Compare(self, comm: "Comm") -> int:
+        """IDENT, CONGRUENT, SIMILAR or UNEQUAL (MPI_Comm_compare): both groups compared."""
+        self._check("Comm.Compare")
+        comm._check("Comm.Compare")
+        if not isinstance(comm, Intercomm):
+            return UNEQUAL
+        if self._ctx == comm._ctx:
+            return IDENT
+        if self._rw == comm._rw and self._w == comm._w:
+            return CONGRUENT
+        if set(self._rw) == set(comm._rw) and set(self._w) == set(comm._w):
+            return SIMILAR
+        return UNEQUAL
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def Free(self) -> None:
+        """Free the intercommunicator (MPI_Comm_free) and its private local communicator."""
+        lc = self._local
+        super().Free()
+        if lc is not None and lc._ctx >= 0 and lc._ctx not in _rt.ENGINE.freed_ctx:
+            lc.Free()
+
+    def _agree(self, kind: int, call: str, nblocks: int = 2) -> int:
+        """A fresh context id agreed by both groups (``kind`` tells the creations apart)."""
+        from . import _ctxid
+
+        return _ctxid.allocate(lambda v: _lower.allmax_inter(self, v, call), (self._ctx, kind), nblocks)
+
+    def Dup(self, info=None) -> "Intercomm":
+        """Duplicate the intercommunicator (MPI_Comm_dup): same groups, a new context."""
+        try:
+            self._check("Comm.Dup")
+            _info_arg(info, "Comm.Dup")
+            ctx = self._agree(1, "Comm.Dup")
+            return _new_inter(ctx, self._rw, self._w, self._rw[self._rank], self._errh)
+        except MPIException as e:
+            self._raise(e)
+
+    Clone = Dup
+
+    def Dup_with_info(self, info) -> "Intercomm":
+        """Duplicate with new info hints (MPI_Comm_dup_with_info)."""
+        _info_arg(info, "Comm.Dup_with_info", none_ok=False)
+        return self.Dup(info)
+
+    def Split(self, color: int = 0, key: int = 0) -> "Intercomm":
+        """Split both groups by color (MPI_Comm_split): the local ranks of one color, ordered by
+        key, joined with the remote ranks of the same color; COMM_NULL for UNDEFINED or a color
+        the other group does not have."""
+        try:
+            call = "Comm.Split"
+            self._check(call)
+            color, key = _int_arg(color, call, "color"), _int_arg(key, call, "key")
+            if color < 0 and color != UNDEFINED:
+                raise error(ERR_ARG, f"{call}: color must be non-negative or UNDEFINED ({color})")
+            return self._split(color, key, call)
+        except MPIException as e:
+            self._raise(e)
+
+    def _split(self, color: int, key: int, call: str) -> "Intercomm":
+        mine = _lower.allgather(self._local, (color, key), call)
+        theirs = _lower.allgather_inter(self, (color, key), call)
+        ctx = self._agree(2, call)
+        if color == UNDEFINED:
+            return Intercomm()
+        local = [self._rw[r] for _, r in sorted((k, r) for r, (c, k) in enumerate(mine) if c == color)]
+        remote = [self._w[r] for _, r in sorted((k, r) for r, (c, k) in enumerate(theirs) if c == color)]
+        if not remote:
+            return Intercomm()
+        return _new_inter(ctx, local, remote, self._rw[self._rank], self._errh)
+
+    def Split_type(self, split_type: int, key: int = 0, info=None) -> "Intercomm":
+        """Split both groups by node (MPI_Comm_split_type): COMM_TYPE_SHARED joins the ranks of
+        each group that share this node's memory with those of the other group on it
+        (gpumpi's ranks all run on one node: the bootstrap has no multi-node mode yet);
+        UNDEFINED gives COMM_NULL."""
+        from .constants import COMM_TYPE_SHARED
+
+        try:
+            call = "Comm.Split_type"
+            self._check(call)
+            split_type, key = _int_arg(split_type, call, "split_type"), _int_arg(key, call, "key")
+            _info_arg(info, call)
+            if split_type == UNDEFINED:
+                return self._split(UNDEFINED, key, call)
+            if split_type != COMM_TYPE_SHARED:
+                raise NotImplementedError(f"{call}: split type {split_type} is not supported on intercommunicators "
+                                          f"(COMM_TYPE_SHARED and UNDEFINED are)")
+            return self._split(0, key, call)  # one color: the bootstrap runs every rank on one node
+        except MPIException as e:
+            self._raise(e)
+
+    def Create(self, group: Group) -> "Intercomm":
+        """The intercommunicator of a subgroup of each group (MPI_Comm_create): every process
+        passes a subgroup of its local group; COMM_NULL outside it, or when either is empty."""
+        from .errors import ERR_GROUP
+
+        try:
+            call = "Comm.Create"
+            self._check(call)
+            if not isinstance(group, Group):
+                raise TypeError(f"{call}: expecting a Group (got {type(group).__name__})")
+            group._check(call)
+            mine = tuple(group._ranks)
+            if not set(mine) <= set(self._rw):
+                raise error(ERR_GROUP, f"{call}: the group is not a subgroup of the local group ({list(mine)})")
+            theirs = _lower.allgather_inter(self, mine, call)[0]
+            ctx = self._agree(3, call)
+            me = self._rw[self._rank]
+            if me not in mine or not theirs:
+                return Intercomm()
+            return _new_inter(ctx, mine, theirs, me, self._errh)
+        except MPIException as e:
+            self._raise(e)
+
+    def Merge(self, high: bool = False) -> Intracomm:
+        """Merge both groups into one intracommunicator (MPI_Intercomm_merge): the group that
+        passes ``high=False`` comes first (equal values: the group holding the lower world rank)."""
+        try:
+            call = "Intercomm.Merge"
+            self._check(call)
+            high = bool(high)
+            rhigh = bool(_lower.allgather_inter(self, high, call)[0])
+            ctx = self._agree(4, call, nblocks=1)
+            local_first = high < rhigh or (high == rhigh and self._rw[0] < self._w[0])
+            world = self._rw + self._w if local_first else self._w + self._rw
+            c = Intracomm.__new__(Intracomm)
+            c._setup(ctx, world, self._rw[self._rank])
+            c._errh = self._errh
+            return c
+        except MPIException as e:
+            self._raise(e)
+
     @classmethod
     def Create_from_groups(cls, local_group, local_leader: int, remote_group, remote_leader: int,
                            stringtag: str = "org.mpi4py", info=None, errhandler=None) -> "Intercomm":
         """Create an intercommunicator from two groups (MPI_Intercomm_create_from_groups)."""
         raise NotImplementedError("Intercomm.Create_from_groups: intercommunicators are not supported yet")
+
+
+def _new_inter(ctx: int, local, remote, me: int, errh) -> Intercomm:
+    """An intercommunicator on context block ``ctx``, its local communicator on ``ctx + 4``."""
+    c = Intercomm.__new__(Intercomm)
+    c._setup(ctx, local, me, remote=remote)
+    lc = Intracomm.__new__(Intracomm)
+    lc._setup(ctx + 4, local, me)
+    c._local = lc
+    c._errh = errh
+    return c
+
+
+def _leader_swap(peer_comm, rl: int, tag: int, values, call: str) -> tuple:
+    """The leaders of Create_intercomm swap integer tuples over ``peer_comm`` (its point-to-point
+    context, ``tag``), sized by the message."""
+    wpeer = peer_comm._w[rl]
+    r = _p2p.recv_bytes(None, rl, wpeer, tag, peer_comm._ctx, call)
+    s = _p2p.send_bytes(memoryview(struct.pack(f"<{len(values)}q", *values)), wpeer, peer_comm._rank, tag,
+                        peer_comm._ctx, call)
+    peer_comm._cwait([x for x in (s, r) if x is not None and x is not SENT])
+    data = bytes(r.mem)
+    return struct.unpack(f"<{len(data) // 8}q", data)
+
+
+def _intercomm_create(local: Intracomm, leader: int, peer_comm, remote_leader, tag: int, call: str) -> Intercomm:
+    """MPI_Intercomm_create (Intracomm.Create_intercomm): the leaders swap their groups, the
+    local groups learn the other group from their leader, then both agree on a context."""
+    from . import _ctxid
+
+    me = local._rw[local._rank]
+    is_leader = local._rank == leader
+    hdr = bad = None
+    if is_leader:
+        try:
+            if not isinstance(peer_comm, Comm):
+                raise TypeError(f"{call}: peer_comm must be a Comm (got {type(peer_comm).__name__})")
+            peer_comm._check(call)
+            rl = peer_comm._peer(remote_leader, call, "remote leader")
+            if peer_comm._w[rl] in local._rw:
+                raise error(ERR_COMM, f"{call}: the remote leader (rank {rl} of peer_comm) is in the local group")
+            got = _leader_swap(peer_comm, rl, tag, (local._ctx,) + local._rw, call)
+            hdr = (0, "", got[0], got[1:])
+        except MPIException as e:
+            hdr = (e.Get_error_class(), str(e), 0, ())
+        except TypeError as e:
+            hdr, bad = (ERR_ARG, str(e), 0, ()), e
+    hdr = _lower.bcast(local, hdr, leader, call)  # the whole local group fails alike
+    code, msg, rctx, remote = hdr
+    if bad is not None:
+        raise bad
+    if code:
+        raise error(code, msg)
+    if set(remote) & set(local._rw):
+        raise error(ERR_COMM, f"{call}: the local and remote groups overlap (world ranks "
+                              f"{sorted(set(remote) & set(local._rw))})")
+
+    def allmax(values):
+        v = _lower.allreduce(local, tuple(values), _lower._tmax, call)
+        if is_leader:
+            v = _lower._tmax(v, _leader_swap(peer_comm, rl, tag, v, call))
+        return _lower.bcast(local, v, leader, call)
+
+    ctx = _ctxid.allocate(allmax, (min(local._ctx, rctx), max(local._ctx, rctx), tag), nblocks=2)
+    return _new_inter(ctx, local._rw, remote, me, local._errh)
 
 
 Comm._hbase = Comm

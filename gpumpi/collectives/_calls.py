@@ -23,15 +23,15 @@ from .. import _config
 from .._arrays import HOST
 from .._buffers import message_simple, message_vector
 from .._p2p import _sig
-from ..constants import is_in_place
+from ..constants import PROC_NULL, ROOT, is_in_place
 from ..datatypes._core import Datatype
 from ..datatypes import plan as _plan
 from ..errors import ERR_TYPE, error
 from ..op import Op, check_op, reduce_unit
-from . import select
+from . import inter, select
 from ..datatypes.predefined import BYTE
 from ._execute import Blocks, Coll, Flat, host_array, packed_in, packed_out, raw_msg, resized_in, resized_out
-from .schedule import RBUF, SBUF
+from .schedule import RBUF, SBUF, Schedule
 
 _EMPTY = Flat(memoryview(bytearray()), 0, 0)
 
@@ -376,6 +376,260 @@ def alltoallw(comm, sendbuf, recvbuf, call: str) -> Coll:
         _bindv(c, SBUF, s, read=True, write=False, counts=sc, displs=sd, types=st)
     c.keep = (s, r)
     return c
+
+
+# --- intercommunicators ----------------------------------------------------------------------------
+# mpi4py's inter branches of ``_p_msg_cco``: rooted collectives parse by role (the root passes
+# ROOT, the rest of its group PROC_NULL and parse nothing, the other group passes the root's
+# rank); blocks count the REMOTE group; IN_PLACE does not exist (a None send buffer is not a
+# buffer, as in mpi4py); the two groups may move different sizes each way.  ``INTER`` maps the
+# intra parser's name to its inter form (``Comm._coll_prep`` picks it), schedules from
+# ``collectives.inter``.
+
+
+def _iroot(comm, root, call: str) -> int:
+    from ..errors import ERR_ROOT
+
+    if type(root) is not int:
+        try:
+            root = root.__index__()
+        except AttributeError:
+            raise TypeError(f"{call}: root must be an integer ({type(root).__name__})") from None
+    if root in (ROOT, PROC_NULL) or 0 <= root < len(comm._w):
+        return root
+    raise error(ERR_ROOT, f"{call}: invalid root ({root}, remote group size {len(comm._w)}; ROOT or PROC_NULL "
+                          f"in the root's group)")
+
+
+def _ischedule(coll: str, comm, **kw):
+    """An intercommunicator schedule of ``collectives.inter``, remembered as ``_schedule``'s."""
+    rank, size, rsize = comm._rank, comm._size, len(comm._w)
+    key = ("inter", coll, rank, size, rsize, *sorted(kw.items()))
+    s = _SCHEDS.get(key)
+    if s is None:
+        s = getattr(inter, coll)(rank, size, rsize, **kw)
+        if len(_SCHEDS) >= _SCHEDS_MAX:
+            _SCHEDS.clear()
+        _SCHEDS[key] = s
+    return s
+
+
+def _icoll(comm, call: str, coll: str, kind: str, sig: int = 0, op=None, dt=None, unit: int = 1, **kw) -> Coll:
+    return Coll(comm, call, _ischedule(coll, comm, **kw), unit, kind, {}, sig, op, dt)
+
+
+def _idle(comm, call: str) -> Coll:
+    """PROC_NULL in the root's group: no part in the data movement (the call's tag is still taken)."""
+    c = Coll(comm, call, Schedule(algorithm="inter_idle"), 1, HOST, {})
+    c.bufs[RBUF] = _EMPTY
+    return c
+
+
+def barrier_inter(comm, call: str) -> Coll:
+    c = _icoll(comm, call, "barrier", HOST)
+    c.bufs[RBUF] = _EMPTY
+    return c
+
+
+def bcast_inter(comm, buf, root, call: str) -> Coll:
+    root = _iroot(comm, root, call)
+    if root == PROC_NULL:
+        return _idle(comm, call)
+    me = root == ROOT
+    m = _simple(buf, me, root, 1, call)
+    c = _icoll(comm, call, "bcast", m.kind, _sig(m.datatype), root=root, n=m.nbytes)
+    _bind(c, RBUF, m, read=me, write=not me)
+    c.keep = m
+    return c
+
+
+def gather_inter(comm, v: bool, sendbuf, recvbuf, root, call: str) -> Coll:
+    root = _iroot(comm, root, call)
+    if root == PROC_NULL:
+        return _idle(comm, call)
+    rsize = len(comm._w)
+    if root == ROOT:
+        r = _vector(recvbuf, False, root, rsize, call) if v else _simple(recvbuf, False, root, rsize, call)
+        if v:
+            rn = tuple(cnt * r.datatype._size for cnt in r.counts)
+            c = _icoll(comm, call, "gatherv", r.kind, _sig(r.datatype), root=root, counts=rn)
+            _bindv(c, RBUF, r, read=False, write=True)
+        else:
+            c = _icoll(comm, call, "gather", r.kind, _sig(r.datatype), root=root, n=r.nbytes)
+            _bind(c, RBUF, r, read=False, write=True)
+        c.keep = (r, recvbuf)
+        return c
+    s = _simple(sendbuf, True, root, 1, call)
+    c = _icoll(comm, call, "gatherv" if v else "gather", s.kind, _sig(s.datatype), root=root, n=s.nbytes)
+    _bind(c, SBUF, s, read=True, write=False)
+    c.keep = (s, sendbuf)
+    return c
+
+
+def scatter_inter(comm, v: bool, sendbuf, recvbuf, root, call: str) -> Coll:
+    root = _iroot(comm, root, call)
+    if root == PROC_NULL:
+        return _idle(comm, call)
+    rsize = len(comm._w)
+    if root == ROOT:
+        s = _vector(sendbuf, True, root, rsize, call) if v else _simple(sendbuf, True, root, rsize, call)
+        if v:
+            sn = tuple(cnt * s.datatype._size for cnt in s.counts)
+            c = _icoll(comm, call, "scatterv", s.kind, _sig(s.datatype), root=root, counts=sn)
+            _bindv(c, SBUF, s, read=True, write=False)
+        else:
+            c = _icoll(comm, call, "scatter", s.kind, _sig(s.datatype), root=root, n=s.nbytes)
+            _bind(c, SBUF, s, read=True, write=False)
+        c.keep = (s, sendbuf)
+        return c
+    r = _simple(recvbuf, False, root, 1, call)
+    c = _icoll(comm, call, "scatterv" if v else "scatter", r.kind, _sig(r.datatype), root=root, n=r.nbytes)
+    _bind(c, RBUF, r, read=False, write=True)
+    c.keep = (r, recvbuf)
+    return c
+
+
+def allgather_inter(comm, v: bool, sendbuf, recvbuf, call: str) -> Coll:
+    comm._check(call)
+    rsize = len(comm._w)
+    r = _vector(recvbuf, False, 0, rsize, call) if v else _simple(recvbuf, False, 0, rsize, call)
+    s = _simple(sendbuf, True, 0, 1, call)
+    kind = _kind(r, s)
+    # no signature check: this group's send type and receive type may differ (each must match
+    # the other group's), and the local phases carry the send data
+    if v:
+        rn = tuple(cnt * r.datatype._size for cnt in r.counts)
+        c = _icoll(comm, call, "allgatherv", kind, 0, n=s.nbytes, counts=rn)
+        _bindv(c, RBUF, r, read=False, write=True)
+    else:
+        c = _icoll(comm, call, "allgather", kind, 0, n=s.nbytes, rn=r.nbytes)
+        _bind(c, RBUF, r, read=False, write=True)
+    _bind(c, SBUF, s, read=True, write=False)
+    c.keep = (s, r)
+    return c
+
+
+def alltoall_inter(comm, v: bool, sendbuf, recvbuf, call: str) -> Coll:
+    comm._check(call)
+    rsize = len(comm._w)
+    r = _vector(recvbuf, False, 0, rsize, call) if v else _simple(recvbuf, False, 0, rsize, call)
+    s = _vector(sendbuf, True, 0, rsize, call) if v else _simple(sendbuf, True, 0, rsize, call)
+    kind = _kind(r, s)
+    if v:
+        rn = tuple(cnt * r.datatype._size for cnt in r.counts)
+        sn = tuple(cnt * s.datatype._size for cnt in s.counts)
+        c = _icoll(comm, call, "alltoallv", kind, 0, scounts=sn, rcounts=rn)
+        _bindv(c, RBUF, r, read=False, write=True)
+        _bindv(c, SBUF, s, read=True, write=False)
+    else:
+        c = _icoll(comm, call, "alltoall", kind, 0, n=s.nbytes, rn=r.nbytes)
+        _bind(c, RBUF, r, read=False, write=True)
+        _bind(c, SBUF, s, read=True, write=False)
+    c.keep = (s, r)
+    return c
+
+
+def alltoallw_inter(comm, sendbuf, recvbuf, call: str) -> Coll:
+    comm._check(call)
+    rsize = len(comm._w)
+    r, rc, rd, rt = _wspec(recvbuf, False, rsize, call)
+    s, sc, sd, st = _wspec(sendbuf, True, rsize, call)
+    r = r if r is not None else raw_msg(HOST, 0, 0)
+    s = s if s is not None else raw_msg(HOST, 0, 0)
+    rn = tuple(cnt * t._size for cnt, t in zip(rc, rt))
+    sn = tuple(cnt * t._size for cnt, t in zip(sc, st))
+    c = _icoll(comm, call, "alltoallv", _kind(r, s), 0, scounts=sn, rcounts=rn)
+    _bindv(c, RBUF, r, read=False, write=True, counts=rc, displs=rd, types=rt)
+    _bindv(c, SBUF, s, read=True, write=False, counts=sc, displs=sd, types=st)
+    c.keep = (s, r)
+    return c
+
+
+def _ired(comm, call: str, coll: str, op, dt, count: int, kind: str, **kw) -> Coll:
+    check_op(op, dt, call)
+    unit, per = reduce_unit(op, dt)
+    return _icoll(comm, call, coll, kind, _sig(dt), op, dt, unit, n=count * per, commute=op._commute, **kw)
+
+
+def reduce_inter(comm, sendbuf, recvbuf, op, root, call: str) -> Coll:
+    root = _iroot(comm, root, call)
+    op = _op_arg(op, call)
+    if root == PROC_NULL:
+        return _idle(comm, call)
+    if root == ROOT:
+        r = _simple(recvbuf, False, root, 1, call)
+        c = _ired(comm, call, "reduce", op, r.datatype, r.count, r.kind, root=root)
+        _bind_red(c, RBUF, r, read=False, write=True, kind=r.kind)
+        c.keep = (r, recvbuf)
+        return c
+    s = _simple(sendbuf, True, root, 1, call)
+    c = _ired(comm, call, "reduce", op, s.datatype, s.count, s.kind, root=root)
+    _bind_red(c, SBUF, s, read=True, write=False, kind=s.kind)
+    c.keep = (s, sendbuf)
+    return c
+
+
+def allreduce_inter(comm, sendbuf, recvbuf, op, call: str) -> Coll:
+    comm._check(call)
+    op = _op_arg(op, call)
+    r = _simple(recvbuf, False, 0, 1, call)
+    s = _simple(sendbuf, True, 0, 1, call)
+    _chk_cro(s, r, call)
+    kind = _kind(r, s)
+    c = _ired(comm, call, "allreduce", op, r.datatype, r.count, kind)
+    _bind_red(c, RBUF, r, read=False, write=True, kind=kind)
+    _bind_red(c, SBUF, s, read=True, write=False, kind=kind)
+    c.keep = (s, r)
+    return c
+
+
+def reduce_scatter_block_inter(comm, sendbuf, recvbuf, op, call: str) -> Coll:
+    comm._check(call)
+    op = _op_arg(op, call)
+    r = _simple(recvbuf, False, 0, 1, call)
+    s = _simple(sendbuf, True, 0, comm._size, call)  # mpi4py: blocks of the LOCAL size
+    _chk_cro(s, r, call)
+    kind = _kind(r, s)
+    c = _ired(comm, call, "reduce_scatter_block", op, r.datatype, r.count, kind)
+    _bind_red(c, RBUF, r, read=False, write=True, kind=kind)
+    _bind_red(c, SBUF, s, read=True, write=False, kind=kind)
+    c.keep = (s, r)
+    return c
+
+
+def reduce_scatter_inter(comm, sendbuf, recvbuf, recvcounts, op, call: str) -> Coll:
+    from .._buffers import _chkarray
+
+    comm._check(call)
+    op = _op_arg(op, call)
+    size, me = comm._size, comm._rank
+    r = _simple(recvbuf, False, 0, 1, call)
+    s = _simple(sendbuf, True, 0, 1, call)
+    if recvcounts is None:
+        raise TypeError(f"{call}: recvcounts is required on an intercommunicator")
+    counts = tuple(_chkarray(recvcounts, size, call))
+    total = sum(counts)
+    if s.datatype is not r.datatype and s.datatype != r.datatype:
+        raise ValueError(f"{_prefix(call)}mismatch in send and receive MPI datatypes")
+    if s.count != total:
+        raise ValueError(f"{_prefix(call)}mismatch in send count {s.count} and sum(counts) {total}")
+    if r.count != counts[me]:
+        raise ValueError(f"{_prefix(call)}mismatch in receive count {r.count} and counts[{me}] {counts[me]}")
+    check_op(op, r.datatype, call)
+    unit, per = reduce_unit(op, r.datatype)
+    kind = _kind(r, s)
+    c = _icoll(comm, call, "reduce_scatter", kind, _sig(r.datatype), op, r.datatype, unit,
+               counts=tuple(k * per for k in counts), n=s.count * per, commute=op._commute)
+    _bind_red(c, RBUF, r, read=False, write=True, kind=kind)
+    _bind_red(c, SBUF, s, read=True, write=False, kind=kind)
+    c.keep = (s, r)
+    return c
+
+
+INTER = {"barrier": barrier_inter, "bcast": bcast_inter, "gather": gather_inter, "scatter": scatter_inter,
+         "allgather": allgather_inter, "alltoall": alltoall_inter, "alltoallw": alltoallw_inter,
+         "reduce": reduce_inter, "allreduce": allreduce_inter, "reduce_scatter_block": reduce_scatter_block_inter,
+         "reduce_scatter": reduce_scatter_inter}
 
 
 # --- reductions ----------------------------------------------------------------------------------

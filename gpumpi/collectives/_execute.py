@@ -263,8 +263,16 @@ class Run:
         arr, addr, n, kind = _piece(self.bufs[b], lo, hi, c.unit, c.call)
         comm = c.comm
         eng = _rt.ENGINE
-        ctx = comm._ctx + 1
-        wpeer = comm._w[peer]
+        if peer >= 0:
+            ctx = comm._ctx + 1
+            wpeer = comm._w[peer]
+        else:
+            # intercommunicator schedules (collectives.inter): peer ~p is rank p of the LOCAL
+            # group, reached on the private local communicator's collective context, same tag
+            lc = comm._local
+            ctx = lc._ctx + 1
+            peer = ~peer
+            wpeer = lc._w[peer]
         if t is SEND:
             sig = self.fsig.get(b, c.sig)
             if arr is not None:

@@ -71,9 +71,10 @@ def _copy(obj):
 # --- data movement -------------------------------------------------------------------------------
 
 
-def bcast(comm, obj, root: int, call: str):
+def bcast(comm, obj, root: int, call: str, tag=None):
     root = comm._root(root, call)
-    tag = comm._ctag()  # once the arguments are valid (collectives._execute.Coll)
+    if tag is None:  # given: a local phase of an intercommunicator call (the call's tag)
+        tag = comm._ctag()  # once the arguments are valid (collectives._execute.Coll)
     n, r = comm._size, comm._rank
     rel = (r - root) % n
     if rel == 0:
@@ -95,9 +96,9 @@ def bcast(comm, obj, root: int, call: str):
     return got
 
 
-def gather(comm, obj, root: int, call: str):
+def gather(comm, obj, root: int, call: str, tag=None):
     root = comm._root(root, call)
-    tag = comm._ctag()
+    tag = comm._ctag() if tag is None else tag
     n, r = comm._size, comm._rank
     if r != root:
         _send(comm, obj, root, tag, call)
@@ -114,11 +115,11 @@ def _items(obj, n: int, call: str) -> list:
     return items
 
 
-def scatter(comm, obj, root: int, call: str):
+def scatter(comm, obj, root: int, call: str, tag=None):
     root = comm._root(root, call)
     n, r = comm._size, comm._rank
     items = _items(obj, n, call) if r == root else None
-    tag = comm._ctag()
+    tag = comm._ctag() if tag is None else tag
     if r != root:
         return _recv(comm, root, tag, call)
     xs = [_isend(comm, items[p], p, tag, call) for p in range(n) if p != r]
@@ -211,9 +212,9 @@ def _array_step(op, x, y):
     return z
 
 
-def reduce(comm, obj, op, root: int, call: str):
+def reduce(comm, obj, op, root: int, call: str, tag=None):
     root = comm._root(root, call)
-    tag = comm._ctag()
+    tag = comm._ctag() if tag is None else tag
     n, r = comm._size, comm._rank
     result = _copy(obj)
     mask = 1
@@ -235,6 +236,147 @@ def reduce(comm, obj, op, root: int, call: str):
 
 def allreduce(comm, obj, op, call: str):
     return bcast(comm, reduce(comm, obj, op, 0, call), 0, call)
+
+
+# --- intercommunicators -----------------------------------------------------------------------------
+# MPICH's inter algorithms (as collectives.inter) on objects.  A call takes ONE tag from the
+# intercommunicator's sequence, in both groups alike; its local phases run the intra functions
+# above on the private local communicator (``comm._local``) with that same tag, so both groups
+# stay in step whatever each group does locally.  Leaders are local rank 0.  Root rules: ROOT
+# at the root, PROC_NULL in the rest of its group (they return None), the root's rank in the
+# other group.
+
+
+def _ileader_swap(comm, obj, tag: int, call: str):
+    r = _irecv(comm, 0, tag, call)
+    s = _isend(comm, obj, 0, tag, call)
+    comm._cwait([s])
+    return _load(comm, r, call)
+
+
+def _ilocal_bcast(comm, obj, tag: int, call: str):
+    lc = comm._local
+    return obj if lc._size == 1 else bcast(lc, obj, 0, call, tag)
+
+
+def bcast_inter(comm, obj, root: int, call: str):
+    from ..constants import PROC_NULL, ROOT
+    from ._calls import _iroot
+
+    root = _iroot(comm, root, call)
+    tag = comm._ctag()
+    if root == ROOT:
+        _send(comm, obj, 0, tag, call)
+        return None
+    if root == PROC_NULL:
+        return None
+    got = _recv(comm, root, tag, call) if comm._rank == 0 else None
+    return _ilocal_bcast(comm, got, tag, call)
+
+
+def gather_inter(comm, obj, root: int, call: str):
+    from ..constants import PROC_NULL, ROOT
+    from ._calls import _iroot
+
+    root = _iroot(comm, root, call)
+    tag = comm._ctag()
+    if root == ROOT:
+        return _recv(comm, 0, tag, call)
+    if root == PROC_NULL:
+        return None
+    lc = comm._local
+    items = [obj] if lc._size == 1 else gather(lc, obj, 0, call, tag)
+    if comm._rank == 0:
+        _send(comm, items, root, tag, call)
+    return None
+
+
+def scatter_inter(comm, obj, root: int, call: str):
+    from ..constants import PROC_NULL, ROOT
+    from ._calls import _iroot
+
+    root = _iroot(comm, root, call)
+    if root == ROOT:
+        items = _items(obj, len(comm._w), call)
+    tag = comm._ctag()
+    if root == ROOT:
+        _send(comm, items, 0, tag, call)
+        return None
+    if root == PROC_NULL:
+        return None
+    lc = comm._local
+    got = _recv(comm, root, tag, call) if comm._rank == 0 else None
+    if lc._size == 1:
+        return got[0]
+    return scatter(lc, got, 0, call, tag)
+
+
+def allgather_inter(comm, obj, call: str):
+    tag = comm._ctag()
+    lc = comm._local
+    items = [obj] if lc._size == 1 else gather(lc, obj, 0, call, tag)
+    got = _ileader_swap(comm, items, tag, call) if comm._rank == 0 else None
+    return _ilocal_bcast(comm, got, tag, call)
+
+
+def alltoall_inter(comm, obj, call: str):
+    n = len(comm._w)
+    items = _items(obj, n, call)
+    tag = comm._ctag()
+    rs = [_irecv(comm, p, tag, call) for p in range(n)]
+    ss = [_isend(comm, items[p], p, tag, call) for p in range(n)]
+    comm._cwait(ss)
+    return [_load(comm, x, call) for x in rs]
+
+
+def reduce_inter(comm, obj, op, root: int, call: str):
+    from ..constants import PROC_NULL, ROOT
+    from ._calls import _iroot
+
+    root = _iroot(comm, root, call)
+    tag = comm._ctag()
+    if root == ROOT:
+        return _recv(comm, 0, tag, call)
+    if root == PROC_NULL:
+        return None
+    lc = comm._local
+    v = obj if lc._size == 1 else reduce(lc, obj, op, 0, call, tag)
+    if comm._rank == 0:
+        _send(comm, v, root, tag, call)
+    return None
+
+
+def allreduce_inter(comm, obj, op, call: str):
+    tag = comm._ctag()
+    lc = comm._local
+    v = obj if lc._size == 1 else reduce(lc, obj, op, 0, call, tag)
+    got = _ileader_swap(comm, v, tag, call) if comm._rank == 0 else None
+    return _ilocal_bcast(comm, got, tag, call)
+
+
+def _tmax(a, b):
+    return tuple(max(x, y) for x, y in zip(a, b))
+
+
+def allmax_inter(comm, values: tuple, call: str) -> tuple:
+    """The element-wise maximum of ``values`` over BOTH groups (context-id agreement of the
+    creations on an intercommunicator): local reduce, leaders swap and combine, local bcast."""
+    tag = comm._ctag()
+    lc = comm._local
+    v = tuple(values) if lc._size == 1 else reduce(lc, tuple(values), _tmax, 0, call, tag)
+    if comm._rank == 0:
+        v = _tmax(v, _ileader_swap(comm, v, tag, call))
+    return _ilocal_bcast(comm, v, tag, call)
+
+
+def barrier_inter(comm, call: str):
+    comm.Barrier()
+
+
+#: the intercommunicator form of each lowercase collective, by name (``Comm._ocoll``)
+INTER = {"barrier": barrier_inter, "bcast": bcast_inter, "gather": gather_inter, "scatter": scatter_inter,
+         "allgather": allgather_inter, "alltoall": alltoall_inter, "reduce": reduce_inter,
+         "allreduce": allreduce_inter}
 
 
 def scan(comm, obj, op, call: str, exclusive: bool = False):
