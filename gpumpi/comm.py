@@ -100,6 +100,8 @@ class Comm(Handle):
             self._set_null()
         elif not isinstance(comm, Comm):
             raise TypeError(f"{type(self).__name__}: expecting a Comm (got {type(comm).__name__})")
+        elif isinstance(self, Intracomm) and isinstance(comm, Intercomm) and comm._ctx >= 0:
+            raise TypeError(f"{type(self).__name__}: expecting an intracommunicator (got Intercomm)")
         else:
             self._copy_from(comm)
 
