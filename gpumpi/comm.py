@@ -1526,6 +1526,8 @@ class Intercomm(Comm):
         self._check("Comm.Is_inter")
         return True
 
+    is_inter = property(Is_inter)
+
     # --- queries --------------------------------------------------------------------------
     def Get_remote_size(self) -> int:
         """Number of processes of the remote group (MPI_Comm_remote_size)."""
