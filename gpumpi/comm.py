@@ -1389,8 +1389,8 @@ class Intracomm(Comm):
         return [fmt.unpack_from(flat, fmt.size * i) for i in range(n)]
 
     def _agree(self, call: str, values: tuple = (), nblocks: int = 1, members=None, tag=None, key=None):
-        """``(ctx, rows)``: a fresh context id agreed by ``members`` (default: every rank) and
-        every member's ``values`` (rows in member order), in one exchange per attempt."""
+        """A fresh context id agreed by ``members`` (default: every rank), with every member's
+        ``values``: ``(ctx, rows)``, rows in member order, one exchange per attempt."""
         if key is None:
             key = (self._ctx, 0, self._ctag())
         return _ctxid.allocate_with(lambda v: self._allgather_ints(v, call, members, tag), key, values, nblocks)
