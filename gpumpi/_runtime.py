@@ -192,6 +192,13 @@ def _atexit() -> None:
 atexit.register(_atexit)
 
 
+def node_of(world_rank: int) -> int:
+    """The node (shared-memory domain) of a world rank, numbered from 0.  Every rank of a job
+    started by gpumpirun, a singleton or ``run_ranks`` runs on one node; ranks on several
+    nodes arrive with the mpi4py bootstrap (issue 16)."""
+    return 0
+
+
 def query_gpu_support() -> dict:
     """What this process can do with device memory (gpumpi.query_gpu_support()).
 

@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import struct
 import warnings
+import zlib
+
+import numpy as _np
 
 from . import _commctx
+from . import _ctxid
 from .collectives import _calls
 from .collectives import _execute as _coll_exec
 from .collectives import _lower
@@ -40,6 +44,10 @@ from .constants import (
     ANY_SOURCE,
     ANY_TAG,
     APPNUM,
+    COMM_TYPE_HW_GUIDED,
+    COMM_TYPE_HW_UNGUIDED,
+    COMM_TYPE_RESOURCE_GUIDED,
+    COMM_TYPE_SHARED,
     CONGRUENT,
     IDENT,
     IO,
@@ -59,6 +67,7 @@ from .errors import (
     ERR_ARG,
     ERR_COMM,
     ERR_COUNT,
+    ERR_GROUP,
     ERR_KEYVAL,
     ERR_RANK,
     ERR_ROOT,
@@ -73,7 +82,7 @@ from ._handles import Handle, Table
 from .group import Group
 from .info import Info
 from .message import Message
-from .op import SUM, Op
+from .op import MAX as _MAX, SUM, Op
 from .request import Prequest, Request, check_status, done_xfer, joint, part_done
 from .status import Status
 from numpy import ndarray as _ndarray
@@ -86,7 +95,7 @@ class Comm(Handle):
     """Communication context (MPI_Comm)."""
 
     __slots__ = ("_ctx", "_w", "_rank", "_size", "_group", "_errh", "_name", "_cseq", "_bpool",
-                 "_rw", "__weakref__")
+                 "_rw", "_info", "__weakref__")
     _hnull = 0x04000000
     _htable = Table("Comm", 0)
 
@@ -132,6 +141,7 @@ class Comm(Handle):
         self._name = "MPI_COMM_NULL"
         self._cseq = 0
         self._bpool = {}
+        self._info = None
 
     def _copy_from(self, comm: "Comm") -> None:
         for s in Comm.__slots__[:-1]:
@@ -148,6 +158,7 @@ class Comm(Handle):
         self._name = name
         self._cseq = 0
         self._bpool = {}
+        self._info = None
         Comm._htable.add(self)
 
     def __bool__(self) -> bool:
@@ -361,6 +372,41 @@ class Comm(Handle):
         raise NotImplementedError(f"Comm.Split: not supported for {type(self).__name__} yet")
 
     # --- point-to-point: posting ----------------------------------------------------------
+    @classmethod
+    def Get_parent(cls) -> "Intercomm":
+        """The parent intercommunicator (MPI_Comm_get_parent): a null Intercomm, since gpumpi
+        never spawns processes (MPI: COMM_NULL for a process that was not spawned)."""
+        return Intercomm()
+
+    def Disconnect(self) -> None:
+        """Disconnect (MPI_Comm_disconnect): collective; once every member has called it
+        (a barrier), the communicator is freed, so every message sent on it before was
+        posted by its sender."""
+        call = "Comm.Disconnect"
+        try:
+            self._check(call)
+            if self._ctx in (0, 4):
+                raise error(ERR_COMM, f"{call}: cannot disconnect a predefined communicator ({self._name})")
+        except MPIException as e:
+            self._raise(e)
+        self.Barrier()
+        self.Free()
+
+    # --- info hints -----------------------------------------------------------------------
+    def Set_info(self, info) -> None:
+        """Set the communicator's info hints (MPI_Comm_set_info); gpumpi keeps them and
+        reports them back, and acts on none."""
+        self._check("Comm.Set_info")
+        _info_arg(info, "Comm.Set_info", none_ok=False)
+        self._info = _info_items(info)
+
+    def Get_info(self) -> Info:
+        """A new Info with the communicator's hints (MPI_Comm_get_info); ``Free`` it when done."""
+        self._check("Comm.Get_info")
+        return Info.Create(self._info)
+
+    info = property(Get_info, Set_info)
+
     def _send_args(self, buf, dest, tag, call: str, stream=None):
         """Validate a send: ``(message, world dest, tag)``, or None for PROC_NULL; changes nothing."""
         if self._ctx < 0:
@@ -1014,6 +1060,12 @@ class Comm(Handle):
         self._check("Comm.Flush_buffer")
         _p2p._flush(self._bpool)
 
+    def Iflush_buffer(self) -> Request:
+        """Nonblocking flush of this communicator's buffer (MPI_Comm_iflush_buffer): a request
+        that completes once every buffered message has left it."""
+        self._check("Comm.Iflush_buffer")
+        return Request._of(_p2p._iflush(self._bpool), self)
+
     # --- collectives (schedules in gpumpi.collectives, one executor for all three forms) -------
     def _root(self, root, call: str) -> int:
         if type(root) is not int:
@@ -1311,78 +1363,251 @@ class Intracomm(Comm):
 
     __slots__ = ()
 
+    # --- agreement among the members (gpumpi._ctxid) ----------------------------------------
+    def _allgather_ints(self, values: tuple, call: str, members=None, tag=None) -> list:
+        """Small all-gather of integer tuples (gather to the first member, then broadcast) on
+        the collective context.  ``members``: the communicator ranks taking part, in order
+        (default: all); ``tag``: the tag (default: the next collective tag, which every rank
+        of the communicator takes; a subset must pass its own)."""
+        members = range(self._size) if members is None else members
+        n = len(members)
+        k = len(values)
+        fmt = struct.Struct(f"<{k}q")
+        if tag is None:
+            tag = self._ctag()
+        if n == 1:
+            return [tuple(values)]
+        first = members[0]
+        if self._rank == first:
+            out = [tuple(values)] + [None] * (n - 1)
+            bufs = [bytearray(fmt.size) for _ in range(n - 1)]
+            xs = [self._crecv(memoryview(bufs[i - 1]), members[i], tag, call) for i in range(1, n)]
+            self._cwait(xs)
+            for i in range(1, n):
+                out[i] = fmt.unpack(bufs[i - 1])
+            flat = memoryview(b"".join(fmt.pack(*v) for v in out))
+            self._cwait([self._csend(flat, members[i], tag, call) for i in range(1, n)])
+            return out
+        self._cwait([self._csend(memoryview(fmt.pack(*values)), first, tag, call)])
+        flat = bytearray(fmt.size * n)
+        self._cwait([self._crecv(memoryview(flat), first, tag, call)])
+        return [fmt.unpack_from(flat, fmt.size * i) for i in range(n)]
+
+    def _agree(self, call: str, values: tuple = (), nblocks: int = 1, members=None, tag=None, key=None):
+        """A fresh context id agreed by ``members`` (default: every rank), with every member's
+        ``values``: ``(ctx, rows)``, rows in member order, one exchange per attempt."""
+        if key is None:
+            key = (self._ctx, 0, self._ctag())
+        return _ctxid.allocate_with(lambda v: self._allgather_ints(v, call, members, tag), key, values, nblocks)
+
+    def _agree_ctx(self, call: str) -> int:
+        """A fresh context id for a new communicator, agreed by every rank (collective)."""
+        return self._agree(call)[0]
+
+    def _new(self, ctx: int, world, cls=None, info=None) -> "Intracomm":
+        """The new communicator of context ``ctx`` over ``world`` ranks, with this one's error
+        handler (MPI: a new communicator inherits its parent's)."""
+        c = (cls or Intracomm).__new__(cls or Intracomm)
+        c._setup(ctx, world, _rt.ENGINE.rank)
+        c._errh = self._errh
+        c._info = _info_items(info)
+        return c
+
+    # --- constructors -------------------------------------------------------------------------
     def Dup(self, info=None) -> "Intracomm":
-        """Duplicate the communicator (MPI_Comm_dup)."""
+        """Duplicate the communicator (MPI_Comm_dup); ``info`` given: MPI_Comm_dup_with_info.
+        The duplicate keeps the group, error handler and info hints (and a topology's)."""
         try:
             self._check("Comm.Dup")
             _info_arg(info, "Comm.Dup")
             ctx = self._agree_ctx("Comm.Dup")
-            c = type(self).__new__(type(self))
-            c._setup(ctx, self._rw, self._rw[self._rank])
-            c._errh = self._errh
-            return c
+            return self._dup_into(type(self).__new__(type(self)), ctx, info)
         except MPIException as e:
             self._raise(e)
 
     Clone = Dup
+
+    def _dup_into(self, c, ctx: int, info) -> "Intracomm":
+        c._setup(ctx, self._rw, self._rw[self._rank])
+        c._errh = self._errh
+        c._info = dict(self._info or {}) if info is None else _info_items(info)
+        return c
 
     def Dup_with_info(self, info) -> "Intracomm":
         """Duplicate with new info hints (MPI_Comm_dup_with_info)."""
         _info_arg(info, "Comm.Dup_with_info", none_ok=False)
         return self.Dup(info)
 
-    def _allgather_ints(self, values: tuple, call: str) -> list:
-        """Small all-gather of integer tuples (gather to 0, then broadcast), collective context."""
-        n = self._size
-        k = len(values)
-        fmt = struct.Struct(f"<{k}q")
-        tag = self._ctag()
-        if n == 1:
-            return [tuple(values)]
-        if self._rank == 0:
-            out = [tuple(values)] + [None] * (n - 1)
-            bufs = [bytearray(fmt.size) for _ in range(n - 1)]
-            xs = [self._crecv(memoryview(bufs[r - 1]), r, tag, call) for r in range(1, n)]
-            self._cwait(xs)
-            for r in range(1, n):
-                out[r] = fmt.unpack(bufs[r - 1])
-            flat = memoryview(b"".join(fmt.pack(*v) for v in out))
-            self._cwait([self._csend(flat, r, tag, call) for r in range(1, n)])
-            return out
-        self._cwait([self._csend(memoryview(fmt.pack(*values)), 0, tag, call)])
-        flat = bytearray(fmt.size * n)
-        self._cwait([self._crecv(memoryview(flat), 0, tag, call)])
-        return [fmt.unpack_from(flat, fmt.size * r) for r in range(n)]
+    def Idup(self, info=None) -> tuple:
+        """Nonblocking duplicate (MPI_Comm_idup; with ``info``: MPI_Comm_idup_with_info).
 
-    def _agree_ctx(self, call: str) -> int:
-        eng = _rt.ENGINE
-        vals = self._allgather_ints((eng_next_ctx(eng),), call)
-        ctx = max(v[0] for v in vals)
-        eng.next_ctx = ctx + 4
-        return ctx
+        Returns ``(comm, request)``: ``comm`` is usable once ``request`` completes.  The
+        context id is agreed by nonblocking maxima driven by the engine, so the call never
+        waits for the other ranks."""
+        call = "Comm.Idup"
+        try:
+            self._check(call)
+            _info_arg(info, call)
+            c = type(self).__new__(type(self))
+            c._set_null()
+            t = self._ctag()  # in call order on every rank
+            send, recv = _np.zeros(1, _np.int64), _np.zeros(1, _np.int64)
+            coll = _calls.allreduce(self, send, recv, _MAX, call)
+            j = joint(1)
+
+            def start_max(values, attempt):
+                send[0] = values[0]
+                # attempts use tags of their own (negative: never a user's or another call's),
+                # two apart so that a rank one attempt ahead never matches the last one
+                coll.tag = -(_IDUP_TAGS + (((t & 0x07FFFFFF) << 2) | (attempt & 3)))
+                return _coll_exec.start(coll), lambda: (int(recv[0]),)
+
+            def done(ctx, err, errmsg):
+                if not err:
+                    self._dup_into(c, ctx, info)
+                else:
+                    j.err, j.errmsg = err, errmsg
+                part_done(j, j)
+
+            # part_done(j, j) reads j's own fields: give it a status of a collective
+            j.st_source, j.st_tag, j.st_nbytes = -1, -1, 0
+            _ctxid.Allocation(start_max, (self._ctx, 0, t), done).start()
+            return c, Request._of(j, self, None, (coll, send, recv))
+        except MPIException as e:
+            self._raise(e)
+
+    def Idup_with_info(self, info) -> tuple:
+        """Nonblocking duplicate with new info hints (MPI_Comm_idup_with_info)."""
+        _info_arg(info, "Comm.Idup_with_info", none_ok=False)
+        return self.Idup(info)
 
     def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
-        """Split into disjoint communicators by color, ordered by key (MPI_Comm_split)."""
+        """Split into disjoint communicators by color, ordered by key then rank
+        (MPI_Comm_split); ``color=UNDEFINED`` gives COMM_NULL."""
         try:
             call = "Comm.Split"
             self._check(call)
             color, key = _int_arg(color, call, "color"), _int_arg(key, call, "key")
             if color < 0 and color != UNDEFINED:
                 raise error(ERR_ARG, f"{call}: color must be non-negative or UNDEFINED ({color})")
-            eng = _rt.ENGINE
-            vals = self._allgather_ints((color, key, eng_next_ctx(eng)), call)
-            ctx = max(v[2] for v in vals)
-            eng.next_ctx = ctx + 4
-            if color == UNDEFINED:
-                return Intracomm()
-            members = sorted((v[1], r) for r, v in enumerate(vals) if v[0] == color)
-            world = [self._rw[r] for _, r in members]
-            c = Intracomm.__new__(Intracomm)
-            c._setup(ctx, world, self._rw[self._rank])
-            c._errh = self._errh
-            return c
+            return self._split(color, key, call)
         except MPIException as e:
             self._raise(e)
+
+    def _split(self, color: int, key: int, call: str, info=None) -> "Intracomm":
+        ctx, rows = self._agree(call, (color, key))
+        if color == UNDEFINED:
+            return Intracomm()
+        members = sorted((v[1], r) for r, v in enumerate(rows) if v[0] == color)
+        return self._new(ctx, [self._rw[r] for _, r in members], info=info)
+
+    def Split_type(self, split_type: int, key: int = 0, info=None) -> "Intracomm":
+        """Split by a hardware resource (MPI_Comm_split_type).
+
+        ``COMM_TYPE_SHARED``: the ranks that share memory (one node).
+        ``COMM_TYPE_HW_GUIDED`` and ``COMM_TYPE_RESOURCE_GUIDED``: the resource named by the
+        info key ``"mpi_hw_resource_type"``; gpumpi knows ``"mpi_shared_memory"`` (the node),
+        and gives COMM_NULL for any other (as MPI requires for unknown resources).
+        ``COMM_TYPE_HW_UNGUIDED``: the next smaller level of the hierarchy, naming it in
+        ``info``; gpumpi knows only the node, so this is COMM_NULL unless the communicator
+        spans several nodes.  ``UNDEFINED``: COMM_NULL."""
+        call = "Comm.Split_type"
+        try:
+            self._check(call)
+            split_type, key = _int_arg(split_type, call, "split_type"), _int_arg(key, call, "key")
+            _info_arg(info, call)
+            if split_type not in _SPLIT_TYPES:
+                raise error(ERR_ARG, f"{call}: invalid split_type ({split_type})")
+            node = _rt.node_of(self._rw[self._rank])
+            color = UNDEFINED
+            if split_type == COMM_TYPE_SHARED:
+                color = node
+            elif split_type in (COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):
+                if info is not None and info and info.Get("mpi_hw_resource_type") == "mpi_shared_memory":
+                    color = node
+            elif split_type == COMM_TYPE_HW_UNGUIDED:
+                nodes = {_rt.node_of(w) for w in self._rw}
+                if len(nodes) > 1:
+                    color = node
+            ctx, rows = self._agree(call, (color, key))
+            if color == UNDEFINED:
+                return Intracomm()
+            if split_type == COMM_TYPE_HW_UNGUIDED and info is not None and info:
+                info.Set("mpi_hw_resource_type", "mpi_shared_memory")
+            members = sorted((v[1], r) for r, v in enumerate(rows) if v[0] == color)
+            return self._new(ctx, [self._rw[r] for _, r in members])
+        except MPIException as e:
+            self._raise(e)
+
+    def _subgroup(self, group, call: str) -> list:
+        """Communicator ranks of ``group``'s members, in group order; ERR_GROUP unless the
+        group is a subgroup of this communicator's."""
+        if not isinstance(group, Group):
+            raise TypeError(f"{call}: expecting a Group (got {type(group).__name__})")
+        group._check(call)
+        index = {w: r for r, w in enumerate(self._rw)}
+        try:
+            return [index[w] for w in group._ranks]
+        except KeyError:
+            raise error(ERR_GROUP, f"{call}: the group is not a subgroup of the communicator's "
+                                   f"(group size {len(group._ranks)}, communicator size {self._size})") from None
+
+    def Create(self, group) -> "Intracomm":
+        """A communicator of the members of ``group`` (MPI_Comm_create): collective over this
+        communicator; COMM_NULL on ranks outside the group."""
+        call = "Comm.Create"
+        try:
+            self._check(call)
+            members = self._subgroup(group, call)
+            ctx, rows = self._agree(call, (len(members),))
+            if any(r[0] != len(members) for r in rows):
+                raise error(ERR_GROUP, f"{call}: the ranks passed different groups (sizes {sorted({r[0] for r in rows})})")
+            if self._rank not in members:
+                return Intracomm()
+            return self._new(ctx, [self._rw[r] for r in members])
+        except MPIException as e:
+            self._raise(e)
+
+    def Create_group(self, group, tag: int = 0) -> "Intracomm":
+        """A communicator of the members of ``group`` (MPI_Comm_create_group): collective over
+        the group's members only; ``tag`` tells apart concurrent calls on one communicator."""
+        call = "Comm.Create_group"
+        try:
+            self._check(call)
+            tag = self._stag(tag, call)
+            members = self._subgroup(group, call)
+            if self._rank not in members:
+                raise error(ERR_GROUP, f"{call}: the calling process is not in the group (rank {self._rank})")
+            ctx, _ = self._agree(call, (), members=members, tag=-(2 + (tag & 0x1FFFFFFF)),
+                                 key=(self._ctx, 1, tag))
+            return self._new(ctx, [self._rw[r] for r in members])
+        except MPIException as e:
+            self._raise(e)
+
+    @classmethod
+    def Create_from_group(cls, group, stringtag: str = "org.mpi4py", info=None, errhandler=None) -> "Intracomm":
+        """A communicator of the members of ``group`` without a parent communicator
+        (MPI_Comm_create_from_group): collective over the group's members, who pass the same
+        ``stringtag``; concurrent calls over overlapping groups pass different ones."""
+        call = "Intracomm.Create_from_group"
+        if not isinstance(group, Group):
+            raise TypeError(f"{call}: expecting a Group (got {type(group).__name__})")
+        if not isinstance(stringtag, str):
+            raise TypeError(f"{call}: stringtag must be a str ({type(stringtag).__name__})")
+        _info_arg(info, call)
+        if errhandler is not None and not isinstance(errhandler, Errhandler):
+            raise TypeError(f"{call}: expecting an Errhandler or None (got {type(errhandler).__name__})")
+        world = _world()
+        group._check(call)
+        if group._me < 0 or group._me not in group._index:
+            raise error(ERR_GROUP, f"{call}: the calling process is not in the group (size {len(group._ranks)})")
+        h = zlib.crc32(stringtag.encode())
+        ctx, _ = world._agree(call, (), members=list(group._ranks), tag=-(_GROUP_TAGS + (h & 0x1FFFFFFF)),
+                              key=(-1, 2, h))
+        c = world._new(ctx, group._ranks, info=info)
+        if errhandler is not None:
+            c._errh = Errhandler(errhandler)
+        return c
 
     def Scan(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> None:
         """Inclusive prefix reduction (MPI_Scan)."""
@@ -1459,11 +1684,21 @@ def _info_arg(info, call: str, none_ok: bool = True) -> None:
     raise TypeError(f"{call}: info must be an Info{' or None' if none_ok else ''} ({type(info).__name__})")
 
 
-def eng_next_ctx(eng) -> int:
-    v = getattr(eng, "next_ctx", None)
-    if v is None:
-        v = eng.next_ctx = 8
-    return v
+def _info_items(info):
+    """The hints of ``info`` as a dict (None or INFO_NULL: none)."""
+    return None if info is None or not info else dict(info.items())
+
+
+def _world() -> "Intracomm":
+    return Comm._htable.find(0x44000000)  # COMM_WORLD (gpumpi.MPI sets it up)
+
+
+_SPLIT_TYPES = (UNDEFINED, COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED)
+# negative tags on a parent's collective context for agreements outside its call order:
+# Create_group -2 - tag (tag < 2**29), Idup attempts from -(_IDUP_TAGS), Create_from_group
+# (on COMM_WORLD) from -(_GROUP_TAGS); ANY_TAG (-1) and user tags never collide with them
+_IDUP_TAGS = (1 << 29) + 2
+_GROUP_TAGS = (1 << 30) + 4
 
 
 
