@@ -1800,10 +1800,10 @@ class Intercomm(Comm):
             lc.Free()
 
     def _agree(self, kind: int, call: str, nblocks: int = 2) -> int:
-        """A fresh context id agreed by both groups (``kind`` tells the creations apart)."""
-        from . import _ctxid
-
-        return _ctxid.allocate(lambda v: _lower.allmax_inter(self, v, call), (self._ctx, kind), nblocks)
+        """A fresh context id agreed by both groups (the key, as Intracomm._agree's: parent
+        context, kind of creation -- 5 and up on intercommunicators -- and the call's tag)."""
+        return _ctxid.allocate(lambda v: _lower.allmax_inter(self, v, call), (self._ctx, 4 + kind, self._ctag()),
+                               nblocks)
 
     def Dup(self, info=None) -> "Intercomm":
         """Duplicate the intercommunicator (MPI_Comm_dup): same groups, a new context."""
@@ -1811,7 +1811,9 @@ class Intercomm(Comm):
             self._check("Comm.Dup")
             _info_arg(info, "Comm.Dup")
             ctx = self._agree(1, "Comm.Dup")
-            return _new_inter(ctx, self._rw, self._w, self._rw[self._rank], self._errh)
+            c = _new_inter(ctx, self._rw, self._w, self._rw[self._rank], self._errh)
+            c._info = dict(self._info or {}) if info is None else _info_items(info)
+            return c
         except MPIException as e:
             self._raise(e)
 
@@ -1943,8 +1945,6 @@ def _leader_swap(peer_comm, rl: int, tag: int, values, call: str) -> tuple:
 def _intercomm_create(local: Intracomm, leader: int, peer_comm, remote_leader, tag: int, call: str) -> Intercomm:
     """MPI_Intercomm_create (Intracomm.Create_intercomm): the leaders swap their groups, the
     local groups learn the other group from their leader, then both agree on a context."""
-    from . import _ctxid
-
     me = local._rw[local._rank]
     is_leader = local._rank == leader
     hdr = bad = None
@@ -1978,7 +1978,7 @@ def _intercomm_create(local: Intracomm, leader: int, peer_comm, remote_leader, t
             v = _lower._tmax(v, _leader_swap(peer_comm, rl, tag, v, call))
         return _lower.bcast(local, v, leader, call)
 
-    ctx = _ctxid.allocate(allmax, (min(local._ctx, rctx), max(local._ctx, rctx), tag), nblocks=2)
+    ctx = _ctxid.allocate(allmax, (min(local._ctx, rctx), 3, max(local._ctx, rctx), tag), nblocks=2)
     return _new_inter(ctx, local._rw, remote, me, local._errh)
 
 
