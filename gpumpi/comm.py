@@ -1735,8 +1735,7 @@ class Intercomm(Comm):
     ``Get_rank`` are about the local group (``_rw``).  ``_local`` is a private
     intracommunicator of the local group (the context block after the intercommunicator's):
     the local phases of collectives run on it, and the intercommunicator's collective tags
-    are its tags, so the two never cross.
-    """
+    are its tags, so the two never cross."""
 
     __slots__ = ("_local",)
 
