@@ -1914,8 +1914,44 @@ class Intercomm(Comm):
     @classmethod
     def Create_from_groups(cls, local_group, local_leader: int, remote_group, remote_leader: int,
                            stringtag: str = "org.mpi4py", info=None, errhandler=None) -> "Intercomm":
-        """Create an intercommunicator from two groups (MPI_Intercomm_create_from_groups)."""
-        raise NotImplementedError("Intercomm.Create_from_groups: intercommunicators are not supported yet")
+        """An intercommunicator of two disjoint groups without a parent communicator
+        (MPI_Intercomm_create_from_groups): collective over both groups' members, who pass the
+        same ``stringtag``.  The leaders are checked for range; the members of both groups
+        agree on the context directly, so the leaders play no further part."""
+        call = "Intercomm.Create_from_groups"
+        for what, g in (("local_group", local_group), ("remote_group", remote_group)):
+            if not isinstance(g, Group):
+                raise TypeError(f"{call}: {what} must be a Group (got {type(g).__name__})")
+        if not isinstance(stringtag, str):
+            raise TypeError(f"{call}: stringtag must be a str ({type(stringtag).__name__})")
+        _info_arg(info, call)
+        if errhandler is not None and not isinstance(errhandler, Errhandler):
+            raise TypeError(f"{call}: expecting an Errhandler or None (got {type(errhandler).__name__})")
+        world = _world()
+        try:
+            local_group._check(call)
+            remote_group._check(call)
+            for what, g, ld in (("local", local_group, local_leader), ("remote", remote_group, remote_leader)):
+                ld = _int_arg(ld, call, f"{what}_leader")
+                if not 0 <= ld < len(g._ranks):
+                    raise error(ERR_RANK, f"{call}: invalid {what} leader ({ld}, group size {len(g._ranks)})")
+            me = _rt.ENGINE.rank
+            if me not in local_group._index:
+                raise error(ERR_GROUP, f"{call}: the calling process is not in the local group "
+                                       f"(world rank {me})")
+            both = set(local_group._ranks) & set(remote_group._ranks)
+            if both:
+                raise error(ERR_GROUP, f"{call}: the groups overlap (world ranks {sorted(both)})")
+            h = zlib.crc32(stringtag.encode())
+            members = sorted(set(local_group._ranks) | set(remote_group._ranks))
+            ctx, _ = world._agree(call, (), nblocks=2, members=members, tag=-(_GROUP_TAGS + (h & 0x1FFFFFFF)),
+                                  key=(-1, 3, h))
+            c = _new_inter(ctx, local_group._ranks, remote_group._ranks, me,
+                           world._errh if errhandler is None else Errhandler(errhandler))
+            c._info = _info_items(info)
+            return c
+        except MPIException as e:
+            world._raise(e)
 
 
 def _new_inter(ctx: int, local, remote, me: int, errh) -> Intercomm:

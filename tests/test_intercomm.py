@@ -173,3 +173,37 @@ def test_bad_leaders_fail_every_rank(case, code):
     from gpumpi import MPI
 
     assert run_ranks(_bad, 3, timeout=60, args=(case,)) == [getattr(MPI, code)] * 3
+
+
+def _from_groups():
+    from gpumpi import MPI
+
+    w = MPI.COMM_WORLD
+    r, n = w.rank, w.size
+    g = w.Get_group()
+    low, high = g.Range_incl([(0, n // 2 - 1, 1)]), g.Range_incl([(n // 2, n - 1, 1)])
+    mine, other = (low, high) if r < n // 2 else (high, low)
+    ic = MPI.Intercomm.Create_from_groups(mine, 0, other, other.Get_size() - 1, "gpumpi.test.groups")
+    # an intercommunicator allreduce gives each group the sum over the OTHER group
+    res = (ic.Get_rank(), ic.Get_size(), ic.Get_remote_size(), ic.allreduce(r))
+    try:
+        MPI.Intercomm.Create_from_groups(mine, 0, mine, 0, "gpumpi.test.overlap")
+    except MPI.Exception as e:
+        res += (e.Get_error_class(),)
+    ic.Free()
+    for x in (g, low, high):
+        x.Free()
+    return res
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_create_from_groups_joins_two_halves_without_a_parent(n):
+    from gpumpi.errors import ERR_GROUP
+
+    got = run_ranks(_from_groups, n, timeout=60)
+    h = n // 2
+    for r, res in enumerate(got):
+        lo = r < h
+        size, rsize = (h, n - h) if lo else (n - h, h)
+        other_sum = sum(range(h, n)) if lo else sum(range(h))
+        assert res == (r if lo else r - h, size, rsize, other_sum, ERR_GROUP), (r, res)
