@@ -1818,6 +1818,15 @@ class Intercomm(Comm):
 
     Clone = Dup
 
+    def Idup(self, info=None) -> tuple:
+        """Nonblocking duplicate (MPI_Comm_idup): not on intercommunicators yet."""
+        raise NotImplementedError("Intercomm.Idup: nonblocking duplication of intercommunicators is not "
+                                  "supported yet (Intercomm.Dup is)")
+
+    def Idup_with_info(self, info) -> tuple:
+        """Nonblocking duplicate with hints (MPI_Comm_idup_with_info): not on intercommunicators yet."""
+        return self.Idup(info)
+
     def Dup_with_info(self, info) -> "Intercomm":
         """Duplicate with new info hints (MPI_Comm_dup_with_info)."""
         _info_arg(info, "Comm.Dup_with_info", none_ok=False)
