@@ -9,7 +9,7 @@ Each (module, world size) of ``expected.json``'s ``ci`` list runs mpi4py 4.1.2's
 * fail no test without a one-line reason in the module's ``reasons`` (fnmatch patterns
   on test ids).
 
-The modules of ``ci_sim`` run again with ``GPUMPI_DEVICE=sim``, where the suite's
+The modules of ``ci_4`` run at 4 ranks too.  The modules of ``ci_sim`` run again with ``GPUMPI_DEVICE=sim``, where the suite's
 fake-GPU (CUDA array interface) arrays are simulated device memory, against the
 ``gpumpi-sim`` counts.  The sdist comes from PyPI through pip, once (cached).
 """
@@ -61,6 +61,12 @@ def test_mpi4py_module(testdir, module, n):
 @pytest.mark.parametrize("module", EXPECTED.get("ci_sim", []))
 def test_mpi4py_module_on_simulated_device(testdir, module, n):
     _check(testdir, module, n, "sim")
+
+
+@pytest.mark.parametrize("module", EXPECTED.get("ci_4", []))
+def test_mpi4py_module_at_four_ranks(testdir, module):
+    """Intercommunicator and topology modules also at 4 ranks (uneven groups, 2-D grids)."""
+    _check(testdir, module, 4, None)
 
 
 def test_expectations_never_exceed_the_reference():
