@@ -197,11 +197,16 @@ def cart_size(dims) -> int:
     return n
 
 
-def cart_check(dims, size: int, call: str) -> int:
-    """Validate a grid for a communicator of ``size``; its number of processes."""
+def dims_check(dims, call: str) -> None:
+    """A grid's dimensions are non-negative (``ERR_DIMS``)."""
     for i, d in enumerate(dims):
         if d < 0:
             raise error(ERR_DIMS, f"{call}: negative dimension (dims[{i}] = {d})")
+
+
+def cart_check(dims, size: int, call: str) -> int:
+    """Validate a grid for a communicator of ``size``; its number of processes."""
+    dims_check(dims, call)
     n = cart_size(dims)
     if n > size:
         raise error(ERR_ARG, f"{call}: the grid {list(dims)} needs {n} processes, the communicator has {size}")
@@ -276,6 +281,7 @@ def cart_sub(dims, periods, coords, remain) -> tuple:
 
 def cart_map(dims, size: int, rank: int, call: str = "Cart_map") -> int:
     """This process's rank in the grid, or UNDEFINED (MPI_Cart_map, no reordering)."""
+    dims_check(dims, call)
     n = cart_size(dims)
     if n > size:
         raise error(ERR_DIMS, f"{call}: the grid {list(dims)} needs {n} processes, the communicator has {size}")
@@ -356,17 +362,20 @@ def dist_graph_check(sources, degrees, destinations, weights, size: int, call: s
     _weights_check(weights, call)
 
 
-def adjacent_check(sources, destinations, sw, dw, size: int, call: str) -> None:
-    """Validate the lists of ``MPI_Dist_graph_create_adjacent`` (PROC_NULL allowed)."""
+def adjacent_check(sources, destinations, sw, dw, size: int, call: str) -> bool:
+    """Validate the lists of ``MPI_Dist_graph_create_adjacent`` (PROC_NULL allowed); whether
+    the graph is weighted.  Weights (None: unweighted) are given for both sides or for
+    neither, unless both lists are empty; then the source side decides, as in MPICH."""
     for what, ranks in (("sources", sources), ("destinations", destinations)):
         for i, r in enumerate(ranks):
             if r != PROC_NULL and not 0 <= r < size:
                 raise error(ERR_RANK, f"{call}: invalid rank ({what}[{i}] = {r}, communicator size {size})")
-    if (sw is None) != (dw is None):
+    if (sw is None) != (dw is None) and (sources or destinations):
         raise error(ERR_TOPOLOGY, f"{call}: weights must be given for both the sources and the "
                                   f"destinations, or for neither")
     _weights_check(sw, call)
     _weights_check(dw, call)
+    return sw is not None
 
 
 def _weights_check(ws, call: str) -> None:
