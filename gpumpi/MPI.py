@@ -17,7 +17,7 @@ import time as _time
 from . import _config as _cfg
 from . import topology as _topology
 from .topology import UNWEIGHTED, WEIGHTS_EMPTY  # noqa: F401
-from ._buffers import _is_integral
+from . import _buffers as _bufs
 from . import _runtime as _rt
 from ._docs import embed_signatures as _embed_signatures
 from ._version import __version__ as _version
@@ -191,7 +191,7 @@ def Compute_dims(nnodes: int, dims) -> list[int]:
     (the balancing rule and the errors: :mod:`gpumpi.topology`).
     """
     nnodes = int(nnodes) if isinstance(nnodes, float) else _operator.index(nnodes)
-    if _is_integral(dims):
+    if _bufs._is_integral(dims):
         ndims = _operator.index(dims)
         dims = [0] * max(ndims, 0)
     else:

@@ -1665,7 +1665,7 @@ class Topocomm(Intracomm):
         return self.inoutedges[1]
 
     def _nbrs(self) -> tuple:
-        """``(sources, destinations, recv_order)`` for the neighbor collectives (gpumpi.topology)."""
+        """Return ``(sources, destinations, recv_order)`` for the neighbor collectives (gpumpi.topology)."""
         return _TOPOS[self._ctx].neighbors()
 
     # --- neighbor collectives: schedules of gpumpi.collectives.neighbor ----------------------
@@ -1776,7 +1776,7 @@ class Cartcomm(Topocomm):
     ndim = property(Get_dim, doc="Number of dimensions.")
 
     def Get_topo(self) -> tuple:
-        """``(dims, periods, coords)`` of this process (MPI_Cart_get)."""
+        """Return ``(dims, periods, coords)`` of this process (MPI_Cart_get)."""
         t = self._topo("Cartcomm.Get_topo")
         return list(t.dims), list(t.periods), list(t.coords)
 
@@ -1812,7 +1812,7 @@ class Cartcomm(Topocomm):
             self._raise(e)
 
     def Shift(self, direction: int, disp: int) -> tuple:
-        """``(source, dest)`` ranks of a shift by ``disp`` along ``direction`` (MPI_Cart_shift)."""
+        """Return the ``(source, dest)`` ranks of a shift by ``disp`` along ``direction`` (MPI_Cart_shift)."""
         call = "Cartcomm.Shift"
         try:
             t = self._topo(call)
@@ -1860,7 +1860,7 @@ class Graphcomm(Topocomm):
     _expect = "a general graph communicator"
 
     def Get_dims(self) -> tuple:
-        """``(nnodes, nedges)`` (MPI_Graphdims_get)."""
+        """Return ``(nnodes, nedges)`` (MPI_Graphdims_get)."""
         t = self._topo("Graphcomm.Get_dims")
         return len(t.index), len(t.edges)
 
@@ -1869,7 +1869,7 @@ class Graphcomm(Topocomm):
     nedges = property(lambda self: self.Get_dims()[1], doc="Number of edges.")
 
     def Get_topo(self) -> tuple:
-        """``(index, edges)`` (MPI_Graph_get)."""
+        """Return ``(index, edges)`` (MPI_Graph_get)."""
         t = self._topo("Graphcomm.Get_topo")
         return list(t.index), list(t.edges)
 
@@ -1910,12 +1910,12 @@ class Distgraphcomm(Topocomm):
     _expect = "a distributed graph communicator"
 
     def Get_dist_neighbors_count(self) -> tuple:
-        """``(indegree, outdegree, weighted)`` (MPI_Dist_graph_neighbors_count)."""
+        """Return ``(indegree, outdegree, weighted)`` (MPI_Dist_graph_neighbors_count)."""
         t = self._topo("Distgraphcomm.Get_dist_neighbors_count")
         return len(t.sources), len(t.destinations), t.weighted
 
     def Get_dist_neighbors(self) -> tuple:
-        """``(sources, destinations, (sourceweights, destweights) or None)`` (MPI_Dist_graph_neighbors)."""
+        """Return ``(sources, destinations, (sourceweights, destweights) or None)`` (MPI_Dist_graph_neighbors)."""
         t = self._topo("Distgraphcomm.Get_dist_neighbors")
         w = (list(t.sourceweights), list(t.destweights)) if t.weighted else None
         return list(t.sources), list(t.destinations), w
