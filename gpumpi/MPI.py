@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import ctypes as _ctypes
 import mmap as _mmap
+import operator as _operator
 import os as _os
 import socket as _socket
 import time as _time
 
 from . import _config as _cfg
+from . import topology as _topology
+from .topology import UNWEIGHTED, WEIGHTS_EMPTY  # noqa: F401
+from . import _buffers as _bufs
 from . import _runtime as _rt
 from ._docs import embed_signatures as _embed_signatures
 from ._version import __version__ as _version
@@ -183,41 +187,16 @@ def Pcontrol(level: int) -> None:
 def Compute_dims(nnodes: int, dims) -> list[int]:
     """Return a balanced distribution of processes per coordinate direction (MPI_Dims_create).
 
-    ``dims`` is the number of dimensions or a sequence whose non-zero entries are kept.
+    ``dims`` is the number of dimensions or a sequence whose non-zero entries are kept
+    (the balancing rule and the errors: :mod:`gpumpi.topology`).
     """
-    try:
-        nnodes = int(nnodes)
-        dims = [0] * int(dims) if not hasattr(dims, "__len__") else [int(d) for d in dims]
-    except (TypeError, ValueError):
-        raise TypeError(f"Compute_dims: nnodes and dims must be integers ({nnodes!r}, {dims!r})") from None
-    if nnodes < 0 or any(d < 0 for d in dims):
-        raise _error(ERR_DIMS, f"Compute_dims: negative value (nnodes {nnodes}, dims {dims})")
-    fixed = 1
-    for d in dims:
-        fixed *= d or 1
-    free = [i for i, d in enumerate(dims) if d == 0]
-    if (nnodes == 0 and dims) or (fixed and nnodes % fixed):
-        raise _error(ERR_DIMS, f"Compute_dims: {nnodes} nodes do not divide into the fixed dims {dims}")
-    if not free:
-        if fixed != nnodes:
-            raise _error(ERR_DIMS, f"Compute_dims: dims {dims} do not multiply to {nnodes}")
-        return dims
-    rest = nnodes // fixed
-    # split the prime factors of rest over the free dims, largest factors to the smallest dim
-    factors, n, p = [], rest, 2
-    while p * p <= n:
-        while n % p == 0:
-            factors.append(p)
-            n //= p
-        p += 1
-    if n > 1:
-        factors.append(n)
-    sizes = [1] * len(free)
-    for f in sorted(factors, reverse=True):
-        sizes[sizes.index(min(sizes))] *= f
-    for i, v in zip(free, sorted(sizes, reverse=True)):
-        dims[i] = v
-    return dims
+    nnodes = int(nnodes) if isinstance(nnodes, float) else _operator.index(nnodes)
+    if _bufs._is_integral(dims):
+        ndims = _operator.index(dims)
+        dims = [0] * max(ndims, 0)
+    else:
+        ndims = len(dims)
+    return _topology.compute_dims(nnodes, _topology.ints(dims, "Compute_dims", "dims", ndims))
 
 
 def Abort(errorcode: int = 0) -> None:

@@ -37,6 +37,7 @@ from . import _objects
 from . import _p2p
 from . import _pickle
 from . import _runtime as _rt
+from . import topology as _topology
 from ._buffers import message_simple
 from ._partitioned import PartRequest, partitions_of
 from ._progress import SENT
@@ -72,6 +73,7 @@ from .errors import (
     ERR_RANK,
     ERR_ROOT,
     ERR_TAG,
+    ERR_TOPOLOGY,
     ERRORS_RETURN,
     Errhandler,
     error,
@@ -245,12 +247,14 @@ class Comm(Handle):
 
     @property
     def is_topo(self) -> bool:
-        return False
+        """Whether the communicator has a topology."""
+        return self.Get_topology() != UNDEFINED
 
     def Get_topology(self) -> int:
-        """Topology type (MPI_Topo_test): UNDEFINED for plain communicators."""
+        """Topology type (MPI_Topo_test): CART, GRAPH, DIST_GRAPH, or UNDEFINED."""
         self._check("Comm.Get_topology")
-        return UNDEFINED
+        t = _TOPOS.get(self._ctx)
+        return UNDEFINED if t is None else t.kind
 
     topology = property(Get_topology)
 
@@ -348,6 +352,7 @@ class Comm(Handle):
                 if eng.matcher.pending(c)[0] == 0:
                     eng.matcher.drop_context(c)
         Comm._htable.live.pop(self._hval(), None)
+        _TOPOS.pop(self._ctx, None)
         eng.freed_ctx.add(self._ctx)  # copies of this handle are stale now (context ids are never reused)
         self._set_null()
 
@@ -1431,6 +1436,9 @@ class Intracomm(Comm):
         c._setup(ctx, self._rw, self._rw[self._rank])
         c._errh = self._errh
         c._info = dict(self._info or {}) if info is None else _info_items(info)
+        t = _TOPOS.get(self._ctx)
+        if t is not None:  # a duplicate keeps the topology, whatever class the handle has
+            _TOPOS[ctx] = t
         return c
 
     def Dup_with_info(self, info) -> "Intracomm":
@@ -1641,6 +1649,106 @@ class Intracomm(Comm):
         """Exclusive prefix reduction of Python objects; None at rank 0 (MPI_Exscan)."""
         return self._ocoll(lambda c, o, p, call: _lower.scan(c, o, p, call, True), "exscan", sendobj, op)
 
+    # --- topology constructors (math in gpumpi.topology; the classes at the end of this file) ----
+    def Create_cart(self, dims, periods=None, reorder: bool = False) -> "Cartcomm":
+        """Create a Cartesian topology communicator (MPI_Cart_create).
+
+        ``reorder`` is accepted and not used: rank ``r`` keeps rank ``r`` (as ``Cart_map``
+        says); ranks beyond the grid get ``COMM_NULL``.
+        """
+        call = "Intracomm.Create_cart"
+        try:
+            self._check(call)
+            dims = _topology.ints(dims, call, "dims")
+            periods = _periods_arg(periods, len(dims), call)
+            n = _topology.cart_check(dims, self._size, call)
+            return _topo_comm(self, Cartcomm, n, call, lambda r: _topology.Cart(dims, periods, r))
+        except MPIException as e:
+            self._raise(e)
+
+    def Create_graph(self, index, edges, reorder: bool = False) -> "Graphcomm":
+        """Create a graph topology communicator (MPI_Graph_create).
+
+        ``index`` may also be the standard adjacency form with a leading 0 (mpi4py's
+        extension); ``reorder`` is not used (ranks keep their order).
+        """
+        call = "Intracomm.Create_graph"
+        try:
+            self._check(call)
+            index, edges = _graph_args(index, edges, call)
+            n = _topology.graph_nodes(index, edges, self._size, call)
+            return _topo_comm(self, Graphcomm, n, call, lambda r: _topology.Graph(index, edges, r))
+        except MPIException as e:
+            self._raise(e)
+
+    def Create_dist_graph_adjacent(self, sources, destinations, sourceweights=None, destweights=None,
+                                   info=None, reorder: bool = False) -> "Distgraphcomm":
+        """Create a distributed graph communicator from each process's own neighbors
+        (MPI_Dist_graph_create_adjacent); ``reorder`` is not used."""
+        call = "Intracomm.Create_dist_graph_adjacent"
+        try:
+            self._check(call)
+            _info_arg(info, call)
+            srcs = [] if sources is None else _topology.ints(sources, call, "sources")
+            sw = _weights_arg(sourceweights, len(srcs), call)
+            dsts = [] if destinations is None else _topology.ints(destinations, call, "destinations")
+            dw = _weights_arg(destweights, len(dsts), call)
+            weighted = _topology.adjacent_check(srcs, dsts, sw, dw, self._size, call)
+            rec = _topology.DistGraph(srcs, dsts, sw or (), dw or (), weighted)
+            return _topo_comm(self, Distgraphcomm, self._size, call, lambda r: rec)
+        except MPIException as e:
+            self._raise(e)
+
+    def Create_dist_graph(self, sources, degrees, destinations, weights=None, info=None,
+                          reorder: bool = False) -> "Distgraphcomm":
+        """Create a distributed graph communicator from edges any process may name
+        (MPI_Dist_graph_create): an all-gather of the edge lists; ``reorder`` is not used."""
+        call = "Intracomm.Create_dist_graph"
+        try:
+            self._check(call)
+            _info_arg(info, call)
+            srcs = _topology.ints(sources, call, "sources")
+            degs = _topology.ints(degrees, call, "degrees", len(srcs))
+            dsts = _topology.ints(destinations, call, "destinations", sum(degs))
+            ws = _weights_arg(weights, len(dsts), call)
+            bad = None
+            try:
+                _topology.dist_graph_check(srcs, degs, dsts, ws, self._size, call)
+            except MPIException as e:  # still take part in the exchange, so no process waits
+                bad = e
+            specs = _lower.allgather(self, None if bad else (srcs, degs, dsts, ws), call)
+            if bad is not None:
+                raise bad
+            if any(sp is None for sp in specs):
+                raise error(ERR_ARG, f"{call}: another process passed an invalid edge list "
+                                     f"(ranks {[r for r, sp in enumerate(specs) if sp is None]})")
+            ins, inw, outs, outw = _topology.dist_graph_adjacency(specs, self._rank)
+            rec = _topology.DistGraph(ins, outs, inw, outw, ws is not None)
+            return _topo_comm(self, Distgraphcomm, self._size, call, lambda r: rec)
+        except MPIException as e:
+            self._raise(e)
+
+    def Cart_map(self, dims, periods=None) -> int:
+        """This process's rank in a Cartesian grid, or UNDEFINED (MPI_Cart_map; no reordering)."""
+        call = "Intracomm.Cart_map"
+        try:
+            self._check(call)
+            dims = _topology.ints(dims, call, "dims")
+            _periods_arg(periods, len(dims), call)
+            return _topology.cart_map(dims, self._size, self._rank, call)
+        except MPIException as e:
+            self._raise(e)
+
+    def Graph_map(self, index, edges) -> int:
+        """This process's rank in a graph, or UNDEFINED (MPI_Graph_map; no reordering)."""
+        call = "Intracomm.Graph_map"
+        try:
+            self._check(call)
+            index, edges = _graph_args(index, edges, call)
+            return _topology.graph_map(index, edges, self._size, self._rank, call)
+        except MPIException as e:
+            self._raise(e)
+
     def Create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag: int = 0) -> "Intercomm":
         """Create an intercommunicator joining this group and another (MPI_Intercomm_create).
 
@@ -1704,28 +1812,360 @@ _GROUP_TAGS = (1 << 30) + 4
 
 
 
+# --- topologies: the records (gpumpi.topology) by context id, and the topology classes ----------
+_TOPOS: dict = {}  # context id -> topology record of this process (Cart, Graph, DistGraph)
+
+
+def _topo_comm(parent: "Intracomm", cls, n: int, call: str, record):
+    """Collective: a new ``cls`` communicator of the parent's first ``n`` processes (rank order
+    kept: gpumpi does not reorder), with topology ``record(rank)``; COMM_NULL beyond them."""
+    ctx = parent._agree_ctx(call)
+    if parent._rank >= n:
+        return cls()
+    c = cls.__new__(cls)
+    c._setup(ctx, parent._rw[:n], parent._rw[parent._rank])
+    c._errh = parent._errh
+    _TOPOS[ctx] = record(parent._rank)
+    return c
+
+
+def _periods_arg(periods, ndims: int, call: str) -> list:
+    """mpi4py: None is all False, a bool is that for every dimension, else ``ndims`` ints."""
+    if periods is None:
+        periods = False
+    if isinstance(periods, bool):
+        return [int(periods)] * ndims
+    return _topology.ints(periods, call, "periods", ndims)
+
+
+def _graph_args(index, edges, call: str) -> tuple:
+    """``(index, edges)``; an index in the standard form (leading 0, last = number of edges)
+    loses its 0 (mpi4py's extension)."""
+    index = _topology.ints(index, call, "index")
+    edges = _topology.ints(edges, call, "edges")
+    if index and index[0] == 0 and index[-1] == len(edges):
+        index = index[1:]
+    return index, edges
+
+
+def _weights_arg(weights, n: int, call: str):
+    """mpi4py's ``asarray_weights``: None/UNWEIGHTED -> None, WEIGHTS_EMPTY -> [], else ``n`` ints."""
+    if weights is None or weights is _topology.UNWEIGHTED:
+        return None
+    if weights is _topology.WEIGHTS_EMPTY:
+        if n > 0:
+            raise ValueError(f"{call}: empty weights but nonzero degree")
+        return []
+    return _topology.ints(weights, call, "weights", n)
+
+
 class Topocomm(Intracomm):
-    """Topology intracommunicator base class (topologies arrive with their own issue)."""
+    """Topology intracommunicator: the neighbor collectives of every topology."""
 
     __slots__ = ()
+    _kinds = (_topology.CART, _topology.GRAPH, _topology.DIST_GRAPH)
+    _expect = "a topology communicator"
+
+    def __init__(self, comm: "Comm | None" = None) -> None:
+        super().__init__(comm)
+        if comm is not None and self._ctx >= 0:
+            t = _TOPOS.get(self._ctx)
+            if t is None:
+                raise TypeError("expecting a topology communicator")
+            if t.kind not in self._kinds:
+                raise TypeError(f"expecting {self._expect}")
+
+    def _topo(self, call: str):
+        self._check(call)
+        return _TOPOS[self._ctx]
+
+    # --- neighbors ---------------------------------------------------------------------------
+    @property
+    def degrees(self) -> tuple:
+        """Number of incoming and outgoing neighbors."""
+        return self._topo("Topocomm.degrees").degrees()
+
+    @property
+    def indegree(self) -> int:
+        """Number of incoming neighbors."""
+        return self.degrees[0]
+
+    @property
+    def outdegree(self) -> int:
+        """Number of outgoing neighbors."""
+        return self.degrees[1]
+
+    @property
+    def inoutedges(self) -> tuple:
+        """Incoming and outgoing neighbors (in neighbor-collective order)."""
+        ins, outs, _ = self._topo("Topocomm.inoutedges").neighbors()
+        return ins, outs
+
+    @property
+    def inedges(self) -> list:
+        """Incoming neighbors."""
+        return self.inoutedges[0]
+
+    @property
+    def outedges(self) -> list:
+        """Outgoing neighbors."""
+        return self.inoutedges[1]
+
+    def _nbrs(self) -> tuple:
+        """Return ``(sources, destinations, recv_order)`` for the neighbor collectives (gpumpi.topology)."""
+        return _TOPOS[self._ctx].neighbors()
+
+    # --- neighbor collectives: schedules of gpumpi.collectives.neighbor ----------------------
+    def Neighbor_allgather(self, sendbuf, recvbuf, *, stream=None) -> None:
+        """Gather one block from every incoming neighbor (MPI_Neighbor_allgather)."""
+        return self._coll_block(_calls.neighbor_allgather, "Neighbor_allgather", False, sendbuf, recvbuf,
+                                stream=stream)
+
+    def Neighbor_allgatherv(self, sendbuf, recvbuf, *, stream=None) -> None:
+        """Gather a block of its own size from every incoming neighbor (MPI_Neighbor_allgatherv)."""
+        return self._coll_block(_calls.neighbor_allgather, "Neighbor_allgatherv", True, sendbuf, recvbuf,
+                                stream=stream)
+
+    def Neighbor_alltoall(self, sendbuf, recvbuf, *, stream=None) -> None:
+        """Send block ``j`` to outgoing neighbor ``j``, receive one from each incoming one (MPI_Neighbor_alltoall)."""
+        return self._coll_block(_calls.neighbor_alltoall, "Neighbor_alltoall", False, sendbuf, recvbuf,
+                                stream=stream)
+
+    def Neighbor_alltoallv(self, sendbuf, recvbuf, *, stream=None) -> None:
+        """Neighbor all-to-all with per-neighbor counts and displacements (MPI_Neighbor_alltoallv)."""
+        return self._coll_block(_calls.neighbor_alltoall, "Neighbor_alltoallv", True, sendbuf, recvbuf,
+                                stream=stream)
+
+    def Neighbor_alltoallw(self, sendbuf, recvbuf, *, stream=None) -> None:
+        """Neighbor all-to-all with per-neighbor datatypes and byte displacements (MPI_Neighbor_alltoallw)."""
+        return self._coll_block(_calls.neighbor_alltoallw, "Neighbor_alltoallw", sendbuf, recvbuf, stream=stream)
+
+    def Ineighbor_allgather(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Nonblocking neighbor allgather (MPI_Ineighbor_allgather)."""
+        return self._coll_req(_calls.neighbor_allgather, "Ineighbor_allgather", False, sendbuf, recvbuf,
+                              stream=stream)
+
+    def Ineighbor_allgatherv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Nonblocking neighbor allgatherv (MPI_Ineighbor_allgatherv)."""
+        return self._coll_req(_calls.neighbor_allgather, "Ineighbor_allgatherv", True, sendbuf, recvbuf,
+                              stream=stream)
+
+    def Ineighbor_alltoall(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Nonblocking neighbor all-to-all (MPI_Ineighbor_alltoall)."""
+        return self._coll_req(_calls.neighbor_alltoall, "Ineighbor_alltoall", False, sendbuf, recvbuf,
+                              stream=stream)
+
+    def Ineighbor_alltoallv(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Nonblocking neighbor all-to-all vector (MPI_Ineighbor_alltoallv)."""
+        return self._coll_req(_calls.neighbor_alltoall, "Ineighbor_alltoallv", True, sendbuf, recvbuf,
+                              stream=stream)
+
+    def Ineighbor_alltoallw(self, sendbuf, recvbuf, *, stream=None) -> Request:
+        """Nonblocking neighbor all-to-all general (MPI_Ineighbor_alltoallw)."""
+        return self._coll_req(_calls.neighbor_alltoallw, "Ineighbor_alltoallw", sendbuf, recvbuf, stream=stream)
+
+    def Neighbor_allgather_init(self, sendbuf, recvbuf, info=None, *, stream=None) -> Prequest:
+        """Persistent neighbor allgather (MPI_Neighbor_allgather_init)."""
+        return self._coll_init(_calls.neighbor_allgather, "Neighbor_allgather_init", False, sendbuf, recvbuf,
+                               info=info, stream=stream)
+
+    def Neighbor_allgatherv_init(self, sendbuf, recvbuf, info=None, *, stream=None) -> Prequest:
+        """Persistent neighbor allgatherv (MPI_Neighbor_allgatherv_init)."""
+        return self._coll_init(_calls.neighbor_allgather, "Neighbor_allgatherv_init", True, sendbuf, recvbuf,
+                               info=info, stream=stream)
+
+    def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=None, *, stream=None) -> Prequest:
+        """Persistent neighbor all-to-all (MPI_Neighbor_alltoall_init)."""
+        return self._coll_init(_calls.neighbor_alltoall, "Neighbor_alltoall_init", False, sendbuf, recvbuf,
+                               info=info, stream=stream)
+
+    def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=None, *, stream=None) -> Prequest:
+        """Persistent neighbor all-to-all vector (MPI_Neighbor_alltoallv_init)."""
+        return self._coll_init(_calls.neighbor_alltoall, "Neighbor_alltoallv_init", True, sendbuf, recvbuf,
+                               info=info, stream=stream)
+
+    def Neighbor_alltoallw_init(self, sendbuf, recvbuf, info=None, *, stream=None) -> Prequest:
+        """Persistent neighbor all-to-all general (MPI_Neighbor_alltoallw_init)."""
+        return self._coll_init(_calls.neighbor_alltoallw, "Neighbor_alltoallw_init", sendbuf, recvbuf,
+                               info=info, stream=stream)
+
+    def neighbor_allgather(self, sendobj) -> list:
+        """Gather a Python object from every incoming neighbor (MPI_Neighbor_allgather of pickles);
+        None for a PROC_NULL neighbor."""
+        def run(c, o, call):
+            with _commctx.lock(c, "neighbor_allgather"):
+                return _lower.neighbor_allgather(c, o, call)
+
+        return self._ocoll(run, "neighbor_allgather", sendobj)
+
+    def neighbor_alltoall(self, sendobj) -> list:
+        """Send item ``j`` of a sequence to outgoing neighbor ``j``, receive one from each incoming
+        neighbor (MPI_Neighbor_alltoall of pickles); None for a PROC_NULL neighbor."""
+        def run(c, o, call):
+            with _commctx.lock(c, "neighbor_alltoall"):
+                return _lower.neighbor_alltoall(c, o, call)
+
+        return self._ocoll(run, "neighbor_alltoall", sendobj)
 
 
 class Cartcomm(Topocomm):
-    """Cartesian topology communicator (MPI_Cart_create; constructors arrive later)."""
+    """Cartesian topology intracommunicator (MPI_Cart_create)."""
 
     __slots__ = ()
+    _kinds = (_topology.CART,)
+    _expect = "a Cartesian communicator"
+
+    def Get_dim(self) -> int:
+        """Number of dimensions (MPI_Cartdim_get)."""
+        return len(self._topo("Cartcomm.Get_dim").dims)
+
+    dim = property(Get_dim, doc="Number of dimensions.")
+    ndim = property(Get_dim, doc="Number of dimensions.")
+
+    def Get_topo(self) -> tuple:
+        """Return ``(dims, periods, coords)`` of this process (MPI_Cart_get)."""
+        t = self._topo("Cartcomm.Get_topo")
+        return list(t.dims), list(t.periods), list(t.coords)
+
+    topo = property(Get_topo, doc="Topology information.")
+    dims = property(lambda self: self.Get_topo()[0], doc="Dimensions.")
+    periods = property(lambda self: self.Get_topo()[1], doc="Periodicity.")
+    coords = property(lambda self: self.Get_topo()[2], doc="Coordinates.")
+
+    def Get_cart_rank(self, coords) -> int:
+        """Rank at ``coords``, wrapped on periodic dimensions (MPI_Cart_rank)."""
+        call = "Cartcomm.Get_cart_rank"
+        try:
+            t = self._topo(call)
+            coords = _topology.ints(coords, call, "coords", len(t.dims))
+            r = _topology.cart_rank(t.dims, t.periods, coords)
+            if r == PROC_NULL:
+                raise error(ERR_ARG, f"{call}: coordinates outside a non-periodic dimension "
+                                     f"({coords}, dims {list(t.dims)})")
+            return r
+        except MPIException as e:
+            self._raise(e)
+
+    def Get_coords(self, rank: int) -> list:
+        """Coordinates of ``rank`` (MPI_Cart_coords)."""
+        call = "Cartcomm.Get_coords"
+        try:
+            t = self._topo(call)
+            rank = _int_arg(rank, call, "rank")
+            if not 0 <= rank < self._size:
+                raise error(ERR_RANK, f"{call}: invalid rank ({rank}, communicator size {self._size})")
+            return _topology.cart_coords(t.dims, rank)
+        except MPIException as e:
+            self._raise(e)
+
+    def Shift(self, direction: int, disp: int) -> tuple:
+        """Return the ``(source, dest)`` ranks of a shift by ``disp`` along ``direction`` (MPI_Cart_shift)."""
+        call = "Cartcomm.Shift"
+        try:
+            t = self._topo(call)
+            direction, disp = _int_arg(direction, call, "direction"), _int_arg(disp, call, "disp")
+            if not t.dims:
+                raise error(ERR_TOPOLOGY, f"{call}: the grid has zero dimensions")
+            if not 0 <= direction < len(t.dims):
+                raise error(ERR_ARG, f"{call}: invalid direction ({direction}, {len(t.dims)} dimensions)")
+            return _topology.cart_shift(t.dims, t.periods, t.coords, direction, disp, self._rank)
+        except MPIException as e:
+            self._raise(e)
+
+    def Sub(self, remain_dims) -> "Cartcomm":
+        """Collective: the sub-grid of the kept dimensions that holds this process (MPI_Cart_sub).
+
+        With no dimension kept every process gets a zero-dimensional grid of its own
+        (MPI-4.1 section 8.5.6)."""
+        call = "Cartcomm.Sub"
+        try:
+            t = self._topo(call)
+            remain = _topology.ints(remain_dims, call, "remain_dims", len(t.dims))
+            color, _, sdims, speriods = _topology.cart_sub(t.dims, t.periods, t.coords, remain)
+            members = []
+            for q in range(self._size):
+                qc, qk, _, _ = _topology.cart_sub(t.dims, t.periods, _topology.cart_coords(t.dims, q), remain)
+                if qc == color:
+                    members.append((qk, q))
+            members.sort()
+            world = [self._rw[q] for _, q in members]
+            ctx = self._agree_ctx(call)
+            c = Cartcomm.__new__(Cartcomm)
+            c._setup(ctx, world, self._rw[self._rank])
+            c._errh = self._errh
+            _TOPOS[ctx] = _topology.Cart(sdims, speriods, c._rank)
+            return c
+        except MPIException as e:
+            self._raise(e)
 
 
 class Graphcomm(Topocomm):
-    """Graph topology communicator (MPI_Graph_create; constructors arrive later)."""
+    """General graph topology intracommunicator (MPI_Graph_create)."""
 
     __slots__ = ()
+    _kinds = (_topology.GRAPH,)
+    _expect = "a general graph communicator"
+
+    def Get_dims(self) -> tuple:
+        """Return ``(nnodes, nedges)`` (MPI_Graphdims_get)."""
+        t = self._topo("Graphcomm.Get_dims")
+        return len(t.index), len(t.edges)
+
+    dims = property(Get_dims, doc="Number of nodes and edges.")
+    nnodes = property(lambda self: self.Get_dims()[0], doc="Number of nodes.")
+    nedges = property(lambda self: self.Get_dims()[1], doc="Number of edges.")
+
+    def Get_topo(self) -> tuple:
+        """Return ``(index, edges)`` (MPI_Graph_get)."""
+        t = self._topo("Graphcomm.Get_topo")
+        return list(t.index), list(t.edges)
+
+    topo = property(Get_topo, doc="Topology information.")
+    index = property(lambda self: self.Get_topo()[0], doc="Index.")
+    edges = property(lambda self: self.Get_topo()[1], doc="Edges.")
+
+    def _node(self, rank, call: str):
+        t = self._topo(call)
+        rank = _int_arg(rank, call, "rank")
+        if not 0 <= rank < len(t.index):
+            raise error(ERR_RANK, f"{call}: invalid rank ({rank}, {len(t.index)} nodes)")
+        return _topology.graph_neighbors(t.index, t.edges, rank)
+
+    def Get_neighbors_count(self, rank: int) -> int:
+        """Number of neighbors of ``rank`` (MPI_Graph_neighbors_count)."""
+        try:
+            return len(self._node(rank, "Graphcomm.Get_neighbors_count"))
+        except MPIException as e:
+            self._raise(e)
+
+    def Get_neighbors(self, rank: int) -> list:
+        """Neighbors of ``rank`` (MPI_Graph_neighbors)."""
+        try:
+            return self._node(rank, "Graphcomm.Get_neighbors")
+        except MPIException as e:
+            self._raise(e)
+
+    nneighbors = property(lambda self: self.Get_neighbors_count(self.Get_rank()), doc="Number of neighbors.")
+    neighbors = property(lambda self: self.Get_neighbors(self.Get_rank()), doc="Neighbors.")
 
 
 class Distgraphcomm(Topocomm):
-    """Distributed graph topology communicator (constructors arrive later)."""
+    """Distributed graph topology intracommunicator (MPI_Dist_graph_create(_adjacent))."""
 
     __slots__ = ()
+    _kinds = (_topology.DIST_GRAPH,)
+    _expect = "a distributed graph communicator"
+
+    def Get_dist_neighbors_count(self) -> tuple:
+        """Return ``(indegree, outdegree, weighted)`` (MPI_Dist_graph_neighbors_count)."""
+        t = self._topo("Distgraphcomm.Get_dist_neighbors_count")
+        return len(t.sources), len(t.destinations), t.weighted
+
+    def Get_dist_neighbors(self) -> tuple:
+        """Return ``(sources, destinations, (sourceweights, destweights) or None)`` (MPI_Dist_graph_neighbors)."""
+        t = self._topo("Distgraphcomm.Get_dist_neighbors")
+        w = (list(t.sourceweights), list(t.destweights)) if t.weighted else None
+        return list(t.sources), list(t.destinations), w
 
 
 class Intercomm(Comm):

@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "gpumpi"
 
 LAYERS = {
     0: ["constants", "errors", "_config", "_version", "_handles", "_docs"],
-    1: ["_matching", "_protocol", "group", "status", "info", "datatypes", "datatypes._core",
+    1: ["_matching", "_protocol", "group", "status", "info", "topology", "datatypes", "datatypes._core",
         "datatypes.predefined", "collectives", "ga._layout"],
     2: ["_device", "_backends", "_memfd", "_arrays", "_buffers", "_membuffer", "_pickle", "_pool", "datatypes.plan",
         "datatypes.numpy_dtype"],

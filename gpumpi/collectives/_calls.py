@@ -780,3 +780,105 @@ def reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call: str) -> Coll:
     c.keep = (s, r)
     return c
 
+
+
+# --- neighbor collectives (mpi4py ``_p_msg_cco.for_neighbor_*``; schedules: collectives.neighbor) --
+from ..errors import ERR_COUNT, ERR_TRUNCATE  # noqa: E402  (this section's own imports)
+from .neighbor import exchange, prefix_blocks, self_pairs, uniform_blocks  # noqa: E402
+
+
+def _neighbor(comm, call: str, sched_args: tuple, sblocks, rblocks, kind: str, sig: int) -> Coll:
+    """A prepared neighbor collective: the one-round schedule, and this rank's edges to itself
+    whose send and receive blocks differ in size recorded as errors at completion."""
+    srcs, dsts, order = sched_args
+    me = comm._rank
+    key = ("neighbor", me, tuple(srcs), tuple(dsts), tuple(order), tuple(sblocks), tuple(rblocks))
+    sched = _SCHEDS.get(key)
+    if sched is None:
+        sched = exchange(me, srcs, dsts, sblocks, rblocks, order)
+        if len(_SCHEDS) >= _SCHEDS_MAX:
+            _SCHEDS.clear()
+        _SCHEDS[key] = sched
+    c = Coll(comm, call, sched, 1, kind, {}, sig)
+    for j, i in self_pairs(me, srcs, dsts, order):
+        ns, nr = sblocks[j][1] - sblocks[j][0], rblocks[i][1] - rblocks[i][0]
+        if ns != nr:
+            c.soft.append((ERR_TRUNCATE if ns > nr else ERR_COUNT,
+                           f"{call}: this rank sends itself {ns} bytes (send block {j}), "
+                           f"receive block {i} holds {nr}"))
+    return c
+
+
+def _nb_recv_read(srcs) -> bool:
+    """Whether a receive buffer must be read in (kept) where it is packed: blocks from PROC_NULL
+    neighbors, or no neighbors, are left as they are."""
+    from ..constants import PROC_NULL
+
+    return not srcs or PROC_NULL in srcs
+
+
+def neighbor_allgather(comm, v: bool, sendbuf, recvbuf, call: str) -> Coll:
+    comm._check(call)
+    srcs, dsts, order = comm._nbrs()
+    s = _simple(sendbuf, True, 0, 0, call)
+    r = _vector(recvbuf, False, 0, len(srcs), call) if v else _simple(recvbuf, False, 0, len(srcs), call)
+    kind = _kind(r, s)
+    keep = _nb_recv_read(srcs)
+    n = s.nbytes
+    if v:
+        rsizes = [cnt * r.datatype._size for cnt in r.counts]
+        rblocks = prefix_blocks(rsizes)
+    else:
+        rblocks = uniform_blocks(len(srcs), r.nbytes)
+    c = _neighbor(comm, call, (srcs, dsts, order), [(0, n)] * len(dsts), rblocks, kind, _sig_of(r, s))
+    if v:
+        _bindv(c, RBUF, r, read=keep, write=True)
+    else:
+        _bind(c, RBUF, r, read=keep, write=True)
+    _bind(c, SBUF, s, read=True, write=False)
+    c.keep = (s, r)
+    return c
+
+
+def neighbor_alltoall(comm, v: bool, sendbuf, recvbuf, call: str) -> Coll:
+    comm._check(call)
+    srcs, dsts, order = comm._nbrs()
+    if v:
+        s = _vector(sendbuf, True, 0, len(dsts), call)
+        r = _vector(recvbuf, False, 0, len(srcs), call)
+        sblocks = prefix_blocks([cnt * s.datatype._size for cnt in s.counts])
+        rblocks = prefix_blocks([cnt * r.datatype._size for cnt in r.counts])
+    else:
+        s = _simple(sendbuf, True, 0, len(dsts), call)
+        r = _simple(recvbuf, False, 0, len(srcs), call)
+        sblocks, rblocks = uniform_blocks(len(dsts), s.nbytes), uniform_blocks(len(srcs), r.nbytes)
+    kind = _kind(r, s)
+    keep = _nb_recv_read(srcs)
+    c = _neighbor(comm, call, (srcs, dsts, order), sblocks, rblocks, kind, _sig_of(r, s))
+    if v:
+        _bindv(c, RBUF, r, read=keep, write=True)
+        _bindv(c, SBUF, s, read=True, write=False)
+    else:
+        _bind(c, RBUF, r, read=keep, write=True)
+        _bind(c, SBUF, s, read=True, write=False)
+    c.keep = (s, r)
+    return c
+
+
+def neighbor_alltoallw(comm, sendbuf, recvbuf, call: str) -> Coll:
+    comm._check(call)
+    srcs, dsts, order = comm._nbrs()
+    r, rc, rd, rt = _wspec(recvbuf, False, len(srcs), call)
+    s, sc, sd, st = _wspec(sendbuf, True, len(dsts), call)
+    if r is None:
+        r = raw_msg(HOST, 0, 0)
+    if s is None:
+        s = raw_msg(HOST, 0, 0)
+    kind = _kind(r, s)
+    rblocks = prefix_blocks([cnt * t._size for cnt, t in zip(rc, rt)])
+    sblocks = prefix_blocks([cnt * t._size for cnt, t in zip(sc, st)])
+    c = _neighbor(comm, call, (srcs, dsts, order), sblocks, rblocks, kind, 0)
+    _bindv(c, RBUF, r, read=_nb_recv_read(srcs), write=True, counts=rc, displs=rd, types=rt)
+    _bindv(c, SBUF, s, read=True, write=False, counts=sc, displs=sd, types=st)
+    c.keep = (s, r)
+    return c

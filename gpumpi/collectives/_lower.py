@@ -404,3 +404,45 @@ def scan(comm, obj, op, call: str, exclusive: bool = False):
     if exclusive and r == 0:
         return None
     return result
+
+
+# --- neighbor collectives (topology communicators) -----------------------------------------------
+
+
+def _neighbor(comm, items, call: str) -> list:
+    """Item ``j`` to outgoing neighbor ``j``; a list with the item from each incoming neighbor
+    (None from ``PROC_NULL``).  Receives are posted in the topology's matching order
+    (``collectives.neighbor``); an edge to this process itself is a copy."""
+    from ..constants import PROC_NULL
+
+    srcs, dsts, order = comm._nbrs()
+    tag = comm._ctag()
+    me = comm._rank
+    mine = [items[j] for j, d in enumerate(dsts) if d == me]
+    out = [None] * len(srcs)
+    rs = []
+    k = 0
+    for i in order:
+        s = srcs[i]
+        if s == PROC_NULL:
+            continue
+        if s == me:
+            if k >= len(mine):
+                raise ValueError(f"{call}: more edges to this process from itself than from it to itself")
+            out[i] = _copy(mine[k])
+            k += 1
+        else:
+            rs.append((i, _irecv(comm, s, tag, call)))
+    ss = [_isend(comm, items[j], d, tag, call) for j, d in enumerate(dsts) if d != PROC_NULL and d != me]
+    comm._cwait(ss)
+    for i, x in rs:
+        out[i] = _load(comm, x, call)
+    return out
+
+
+def neighbor_allgather(comm, obj, call: str) -> list:
+    return _neighbor(comm, [obj] * len(comm._nbrs()[1]), call)
+
+
+def neighbor_alltoall(comm, obj, call: str) -> list:
+    return _neighbor(comm, _items(obj, len(comm._nbrs()[1]), call), call)
