@@ -256,3 +256,25 @@ def test_bad_input_raises_the_mpi_error_class(n):
         assert res["dup_info_type"] == "TypeError"
         if n > 1 and r == 0:
             assert res["create_group_not_member"] == ERR_GROUP
+
+
+def _dups_keep_topology():
+    from gpumpi import MPI
+
+    w = MPI.COMM_WORLD
+    cart = w.Create_cart([w.size], [True])
+    d1 = cart.Dup()
+    d2, req = cart.Idup()
+    req.Wait()
+    d3 = MPI.Intracomm(cart).Dup()  # through a plain Intracomm handle
+    res = [type(d1).__name__, type(d2).__name__, d3.Get_topology() == MPI.CART,
+           d2.Shift(0, 1) == cart.Shift(0, 1)]
+    for c in (d1, d2, d3, cart):
+        c.Free()
+    return res
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_every_duplicate_keeps_the_topology(n):
+    for res in run_ranks(_dups_keep_topology, n, timeout=60):
+        assert res == ["Cartcomm", "Cartcomm", True, True]
