@@ -60,6 +60,7 @@ from .errors import (
     ERR_ARG,
     ERR_COMM,
     ERR_COUNT,
+    ERR_ERRHANDLER,
     ERR_KEYVAL,
     ERR_RANK,
     ERR_ROOT,
@@ -349,7 +350,7 @@ class Comm(Handle):
         if not isinstance(errhandler, Errhandler):
             raise TypeError(f"Comm.Set_errhandler: expecting an Errhandler (got {type(errhandler).__name__})")
         if not errhandler:
-            raise error(ERR_ARG, f"Comm.Set_errhandler: null error handler ({errhandler!r})")
+            raise error(ERR_ERRHANDLER, f"Comm.Set_errhandler: null error handler ({errhandler!r})")
         self._errh = Errhandler(errhandler)
 
     @classmethod
@@ -367,7 +368,7 @@ class Comm(Handle):
         ERRORS_RETURN returns, a user handler is called with ``(comm, errorcode)``, the
         fatal handlers end the job."""
         self._check("Comm.Call_errhandler")
-        self._errh.call(self, int(errorcode))
+        self._errh.call(self, _int_arg(errorcode, "Comm.Call_errhandler", "errorcode"))
 
     def Abort(self, errorcode: int = 0) -> None:
         """Terminate every process of the job (MPI_Abort)."""

@@ -144,6 +144,9 @@ class Kind:
 
     @staticmethod
     def _index(keyval, call: str) -> int:
+        """A keyval argument as mpi4py's C ``int``: index-able objects, floats truncated."""
+        if isinstance(keyval, float):
+            keyval = int(keyval)
         try:
             v = operator.index(keyval)
         except TypeError:

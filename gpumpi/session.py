@@ -33,11 +33,11 @@ import sys
 from . import _p2p
 from . import _runtime as _rt
 from ._handles import Handle, Table
-from .constants import THREAD_FUNNELED, THREAD_MULTIPLE, THREAD_SERIALIZED, THREAD_SINGLE
+from .constants import BUFFER_AUTOMATIC, THREAD_FUNNELED, THREAD_MULTIPLE, THREAD_SERIALIZED, THREAD_SINGLE
 from .errors import (
     ERR_ARG,
+    ERR_ERRHANDLER,
     ERR_SESSION,
-    ERRHANDLER_NULL,
     ERRORS_ABORT,
     ERRORS_ARE_FATAL,
     ERRORS_RETURN,
@@ -79,8 +79,21 @@ class _Record:
 
 
 def _info_arg(info, call: str) -> None:
-    if info is not None and not isinstance(info, Info):
+    if not isinstance(info, Info):  # (mpi4py: an Info, INFO_NULL for none; not None)
         raise TypeError(f"{call}: expecting an Info (got {type(info).__name__})")
+
+
+def _cint(v, call: str, what: str) -> int:
+    """An integer argument as mpi4py's C ``int``: index-able objects, floats truncated."""
+    if isinstance(v, float):
+        v = int(v)
+    try:
+        v = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{call}: {what} must be an integer (got {type(v).__name__})") from None
+    if not -(1 << 31) <= v < (1 << 31):
+        raise OverflowError(f"{call}: {what} does not fit a C int ({v})")
+    return v
 
 
 def _pset_name(name, call: str) -> str:
@@ -141,8 +154,7 @@ class Session(Handle):
     def Init(cls, info: Info = INFO_NULL, errhandler: Errhandler | None = None) -> "Session":
         """Create a new session (MPI_Session_init).
 
-        ``info`` may ask for ``mpi_thread_support_level`` (gpumpi provides the process's
-        level); ``errhandler`` is the session's error handler, replaced as mpi4py does by
+        ``info`` hints are not used (the thread level is the process's); ``errhandler`` is the session's error handler, replaced as mpi4py does by
         the ``mpi4py.rc.errors`` handler (ERRORS_RETURN unless the shim's rc says otherwise)."""
         call = "Session.Init"
         _info_arg(info, call)
@@ -154,7 +166,7 @@ class Session(Handle):
         if errhandler is None:
             errh = ERRORS_ARE_FATAL
         elif not errhandler:
-            raise error(ERR_ARG, f"{call}: null error handler ({errhandler!r})")
+            raise error(ERR_ERRHANDLER, f"{call}: null error handler ({errhandler!r})")
         else:
             errh = Errhandler(errhandler)
         opt = _options_errhandler()
@@ -195,10 +207,7 @@ class Session(Handle):
     def Get_nth_pset(self, n: int, info: Info = INFO_NULL) -> str:
         """Name of the ``n``-th process set (MPI_Session_get_nth_pset)."""
         call = "Session.Get_nth_pset"
-        try:
-            n = operator.index(n)
-        except TypeError:
-            raise TypeError(f"{call}: n must be an integer (got {type(n).__name__})") from None
+        n = _cint(n, call, "n")
         _info_arg(info, call)
         try:
             self._check(call)
@@ -246,19 +255,24 @@ class Session(Handle):
         return g
 
     def Get_info(self) -> Info:
-        """The hints in use for this session (MPI_Session_get_info): ``mpi_thread_support_level``."""
+        """The hints in use for this session (MPI_Session_get_info), with MPICH's keys:
+        ``thread_level`` (the process's), ``strict_finalize`` ("0": Finalize does not wait for
+        other processes) and ``mpi_memory_alloc_kinds`` ("mpi,system")."""
         call = "Session.Get_info"
         try:
             self._check(call)
         except MPIException as e:
             self._raise(e)
         level = _THREAD_NAMES.get(_rt.thread_level(), "MPI_THREAD_MULTIPLE")
-        return Info.Create({"mpi_thread_support_level": level})
+        return Info.Create({"thread_level": level, "strict_finalize": "0", "mpi_memory_alloc_kinds": "mpi,system"})
 
     # --- buffered sends -------------------------------------------------------------------
     def Attach_buffer(self, buf) -> None:
-        """Attach a user buffer (or BUFFER_AUTOMATIC) for buffered sends (MPI_Session_attach_buffer)."""
+        """Attach a user buffer (or BUFFER_AUTOMATIC; None means it too, as in mpi4py) for
+        buffered sends (MPI_Session_attach_buffer)."""
         call = "Session.Attach_buffer"
+        if buf is None:
+            buf = BUFFER_AUTOMATIC
         try:
             rec = self._check(call)
             _p2p._attach(rec.bpool, buf, call)
@@ -321,8 +335,11 @@ class Session(Handle):
             raise TypeError(f"{call}: expecting an Errhandler (got {type(errhandler).__name__})")
         try:
             rec = self._check(call)
-            if not errhandler or errhandler == ERRHANDLER_NULL:
-                raise error(ERR_ARG, f"{call}: null error handler ({errhandler!r})")
+            if not errhandler:
+                raise error(ERR_ERRHANDLER, f"{call}: null error handler ({errhandler!r})")
+            if errhandler._family not in (None, "Session"):
+                raise error(ERR_ARG, f"{call}: not an error handler for sessions "
+                                     f"(created by {errhandler._family}.Create_errhandler)")
         except MPIException as e:
             self._raise(e)
         rec.errh = Errhandler(errhandler)
@@ -330,10 +347,7 @@ class Session(Handle):
     def Call_errhandler(self, errorcode: int) -> None:
         """Invoke the session's error handler with ``errorcode`` (MPI_Session_call_errhandler)."""
         call = "Session.Call_errhandler"
-        try:
-            errorcode = operator.index(errorcode)
-        except TypeError:
-            raise TypeError(f"{call}: errorcode must be an integer (got {type(errorcode).__name__})") from None
+        errorcode = _cint(errorcode, call, "errorcode")
         try:
             rec = self._check(call)
         except MPIException as e:

@@ -104,8 +104,13 @@ def test_handles_pickling_and_subclasses():
     assert type(g) is MyGroup and g.Get_size() == 1
     g.Free()
     info = s.Get_info()
-    assert info.Get("mpi_thread_support_level") == "MPI_THREAD_MULTIPLE"
+    assert dict(info.items()) == {"thread_level": "MPI_THREAD_MULTIPLE", "strict_finalize": "0",
+                                  "mpi_memory_alloc_kinds": "mpi,system"}  # MPICH's keys
     info.Free()
+    with pytest.raises(TypeError):
+        s.Get_num_psets(None)  # mpi4py: an Info (INFO_NULL), not None
+    with pytest.raises(TypeError):
+        MPI.Session.Init(None)
     s.free()  # finalizes
     assert not s
     with pytest.raises(TypeError):
@@ -128,7 +133,12 @@ def test_error_handlers():
     assert seen == [(True, MPI.ERR_OTHER), (True, MPI.ERR_ARG)]
     with pytest.raises(MPI.Exception) as ei:
         s.Set_errhandler(MPI.ERRHANDLER_NULL)
+    assert ei.value.Get_error_class() == MPI.ERR_ERRHANDLER
+    comm_eh = MPI.Comm.Create_errhandler(lambda c, code: None)
+    with pytest.raises(MPI.Exception) as ei:
+        s.Set_errhandler(MPI.Errhandler(comm_eh))  # a communicator's handler, even through a copy
     assert ei.value.Get_error_class() == MPI.ERR_ARG
+    comm_eh.Free()
     with pytest.raises(TypeError):
         s.Set_errhandler(None)
     s.Set_errhandler(MPI.ERRORS_RETURN)
@@ -161,6 +171,8 @@ def test_buffer_attach_detach_flush():
     assert ei.value.Get_error_class() == MPI.ERR_BUFFER
     MPI.Free_mem(buf)
     s.Attach_buffer(MPI.BUFFER_AUTOMATIC)
+    assert s.Detach_buffer() == MPI.BUFFER_AUTOMATIC
+    s.Attach_buffer(None)  # mpi4py: None is BUFFER_AUTOMATIC
     assert s.Detach_buffer() == MPI.BUFFER_AUTOMATIC
     s.Attach_buffer(MPI.BUFFER_AUTOMATIC)
     s.Finalize()  # detaches
