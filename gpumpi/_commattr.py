@@ -13,7 +13,9 @@ not from a user subclass), which becomes ``COMM_NULL`` when the callback returns
 MPI_Finalize frees COMM_SELF first: its attributes are deleted newest first, before
 anything else in MPI stops (MPI standard, "Allowing User Functions at Process
 Termination"); COMM_WORLD's follow.  The predefined keyvals (``TAG_UB``...) are
-answered by ``Comm.Get_attr`` itself.
+answered by ``Comm.Get_attr`` itself.  A (re)initialisation starts with no attributes:
+a rank forked from an initialised parent gets new contexts, and the parent's attributes
+(context ids restart) must not show on them.
 """
 
 from __future__ import annotations
@@ -68,6 +70,13 @@ COMM = Kind("Comm", COMM_FIRST, attrs_of=_attrs_of, wrap=_wrap, nullify=_nullify
             forget=_forget)
 
 
+def _init(_engine) -> None:
+    """A new runtime (a forked rank re-initialising) has new contexts: attributes inherited
+    from the parent process belong to its communicators, not to these."""
+    _attrs.clear()
+    _predef_refs.clear()
+
+
 def _finalize(_engine) -> None:
     for ctx in (_SELF_CTX, _WORLD_CTX):
         ref = _predef_refs.pop(ctx, None)
@@ -75,4 +84,5 @@ def _finalize(_engine) -> None:
             COMM.delete_all(ref)
 
 
+_rt.on_init(_init)
 _rt.on_finalize(_finalize)

@@ -370,3 +370,24 @@ def test_finalize_deletes_comm_self_newest_first_then_comm_world():
     (out,) = run_ranks(_finalize_order, 1, timeout=60)
     assert out == [("MPI_COMM_SELF", "s2", False), ("MPI_COMM_SELF", "s1", False),
                    ("MPI_COMM_SELF", "s0b", False), ("MPI_COMM_WORLD", "w0", False)]
+
+
+def _inherited(ctx_attrs):
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD.Dup()
+    return MPI.COMM_WORLD.Get_attr(ctx_attrs[0]), c.Get_attr(ctx_attrs[1])
+
+
+def test_forked_ranks_do_not_inherit_the_parents_attributes():
+    from gpumpi import MPI
+
+    kw, kc = MPI.Comm.Create_keyval(), MPI.Comm.Create_keyval()
+    MPI.COMM_WORLD.Set_attr(kw, "parent's world")
+    c = MPI.COMM_WORLD.Dup()  # a context a rank's first Dup may get again
+    c.Set_attr(kc, "parent's comm")
+    try:
+        assert run_ranks(_inherited, 2, timeout=60, args=((kw, kc),)) == [(None, None), (None, None)]
+    finally:
+        MPI.COMM_WORLD.Delete_attr(kw)
+        c.Free()
