@@ -49,9 +49,15 @@ The semantics are mpi4py's on MPICH (``attrimpl.pxi``):
   keyval.  Values already attached under a freed keyval stay readable and
   deletable, as the MPI standard says.
 
-Deviation: mpi4py forgets a keyval's Python state at ``Free_keyval``, so its
-``Get_attr`` of a Python value still attached then returns the object's address;
-gpumpi returns the object.
+Deviations, each where mpi4py on MPICH does something no program can rely on:
+mpi4py forgets a keyval's Python state at ``Free_keyval``, so its ``Get_attr`` of a
+Python value still attached then returns the object's address (gpumpi: the object),
+and setting that freed keyval stores a bare integer its callbacks later take for an
+object (gpumpi: ``ERR_KEYVAL``); MPICH frees a keyval twice without error (gpumpi:
+``ERR_KEYVAL``); a non-callable, non-bool ``copy_fn``/``delete_fn`` fails at
+``Create_keyval`` (``TypeError``) rather than at its first use; a delete callback's
+error is not kept for a later, unrelated ``Delete_attr`` (mpi4py's per-keyval
+``ierr`` can leak into one that finds no attribute).
 """
 
 from __future__ import annotations
