@@ -2,14 +2,13 @@
 
 Theory of operation
 ===================
-``Win`` (RMA, issue 13), ``File`` (MPI-IO, not planned) and ``Session`` (issue 12)
-exist with mpi4py's names: the class, its null handle, its methods and properties.
-No non-null object of these classes can be made -- every constructor
-(``Win.Create``, ``File.Open``, ``Session.Init``...) raises ``NotImplementedError``
-naming the feature and the issue that brings it -- so every instance is the null
-object, and an instance method does what MPI does on a null handle: it raises
-``MPI.Exception`` with the family's error class (``ERR_WIN``, ``ERR_FILE``,
-``ERR_SESSION``).  ``free()`` of a null object does nothing, as mpi4py's.
+``Win`` (RMA, issue 13) and ``File`` (MPI-IO, not planned) exist with mpi4py's
+names: the class, its null handle, its methods and properties.  No non-null object
+of these classes can be made -- every constructor (``Win.Create``, ``File.Open``...)
+raises ``NotImplementedError`` naming the feature and the issue that brings it -- so
+every instance is the null object, and an instance method does what MPI does on a
+null handle: it raises ``MPI.Exception`` with the family's error class (``ERR_WIN``,
+``ERR_FILE``).  ``free()`` of a null object does nothing, as mpi4py's.
 :func:`null_family` builds such a class from a table of method names.
 """
 

@@ -27,8 +27,10 @@ import zlib
 
 import numpy as _np
 
+from . import _commattr
 from . import _commctx
 from . import _ctxid
+from . import keyval as _keyval
 from .collectives import _calls
 from .collectives import _execute as _coll_exec
 from .collectives import _lower
@@ -52,7 +54,6 @@ from .constants import (
     CONGRUENT,
     IDENT,
     IO,
-    KEYVAL_INVALID,
     LASTUSEDCODE,
     PROC_NULL,
     SIMILAR,
@@ -69,6 +70,7 @@ from .errors import (
     ERR_COMM,
     ERR_COUNT,
     ERR_GROUP,
+    ERR_ERRHANDLER,
     ERR_KEYVAL,
     ERR_RANK,
     ERR_ROOT,
@@ -281,11 +283,10 @@ class Comm(Handle):
 
     name = property(Get_name, Set_name)
 
-    def Get_attr(self, keyval: int):
-        """Predefined attribute value (MPI_Comm_get_attr); None when not set."""
-        self._check("Comm.Get_attr")
-        if keyval == KEYVAL_INVALID:
-            raise error(ERR_KEYVAL, f"Comm.Get_attr: invalid keyval (KEYVAL_INVALID, {keyval})")
+    # --- attributes (caching): gpumpi.keyval's "Comm" family, see gpumpi._commattr -------
+    _attrkind = _commattr.COMM
+
+    def _predefined_attr(self, keyval: int):
         if keyval == TAG_UB:
             return TAG_UB_VALUE
         if keyval == UNIVERSE_SIZE:
@@ -298,7 +299,60 @@ class Comm(Handle):
             return ANY_SOURCE  # every process can do I/O
         if keyval == LASTUSEDCODE:
             return _last_used_code()
-        return None
+        if keyval == _commattr.HOST:
+            return PROC_NULL  # no process is singled out as "host"
+        raise error(ERR_KEYVAL, f"Comm.Get_attr: unknown predefined keyval ({keyval})")  # pragma: no cover
+
+    def Get_attr(self, keyval: int):
+        """Retrieve attribute value by key (MPI_Comm_get_attr); None when not set.
+
+        Predefined keyvals: ``TAG_UB``, ``IO``, ``WTIME_IS_GLOBAL``, ``UNIVERSE_SIZE``,
+        ``APPNUM``, ``LASTUSEDCODE`` (and MPICH's MPI_HOST, ``PROC_NULL``)."""
+        try:
+            self._check("Comm.Get_attr")
+            return self._attrkind.get_attr(self, keyval, self._predefined_attr)
+        except MPIException as e:
+            self._raise(e)
+
+    def Set_attr(self, keyval: int, attrval) -> None:
+        """Store attribute value associated with a key (MPI_Comm_set_attr).
+
+        A value already set under ``keyval`` is replaced after its delete callback ran."""
+        try:
+            self._check("Comm.Set_attr")
+            self._attrkind.set_attr(self, keyval, attrval)
+        except MPIException as e:
+            self._raise(e)
+
+    def Delete_attr(self, keyval: int) -> None:
+        """Delete attribute value associated with a key (MPI_Comm_delete_attr).
+
+        Raises the delete callback's error (as an ``MPI.Exception``, not through the
+        error handler: mpi4py reports it after MPI returned); the value is gone regardless."""
+        call = "Comm.Delete_attr"
+        try:
+            self._check(call)
+            self._attrkind.deletable(keyval, call)
+        except MPIException as e:
+            self._raise(e)
+        self._attrkind.delete_attr(self, keyval)
+
+    @classmethod
+    def Create_keyval(cls, copy_fn=None, delete_fn=None, nopython: bool = False) -> int:
+        """Create a new attribute key for communicators (MPI_Comm_create_keyval).
+
+        ``copy_fn(comm, keyval, value)`` runs on ``Dup`` and returns the duplicate's value
+        (``NotImplemented``: not copied; ``True`` instead of a function: copied as is;
+        ``None``/``False``: never copied).  ``delete_fn(comm, keyval, value)`` runs when the
+        value is replaced, deleted, or its communicator freed.  With ``nopython`` values
+        are plain integers, as C attributes."""
+        return _commattr.COMM.create_keyval(copy_fn, delete_fn, nopython)
+
+    @classmethod
+    def Free_keyval(cls, keyval: int) -> int:
+        """Free an attribute key for communicators (MPI_Comm_free_keyval); returns
+        KEYVAL_INVALID.  Values already attached stay, with their callbacks."""
+        return _commattr.COMM.free_keyval(keyval)
 
     # --- error handling -------------------------------------------------------------------
     def Get_errhandler(self) -> Errhandler:
@@ -313,7 +367,7 @@ class Comm(Handle):
         if not isinstance(errhandler, Errhandler):
             raise TypeError(f"Comm.Set_errhandler: expecting an Errhandler (got {type(errhandler).__name__})")
         if not errhandler:
-            raise error(ERR_ARG, f"Comm.Set_errhandler: null error handler ({errhandler!r})")
+            raise error(ERR_ERRHANDLER, f"Comm.Set_errhandler: null error handler ({errhandler!r})")
         self._errh = Errhandler(errhandler)
 
     @classmethod
@@ -331,7 +385,7 @@ class Comm(Handle):
         ERRORS_RETURN returns, a user handler is called with ``(comm, errorcode)``, the
         fatal handlers end the job."""
         self._check("Comm.Call_errhandler")
-        self._errh.call(self, int(errorcode))
+        self._errh.call(self, _int_arg(errorcode, "Comm.Call_errhandler", "errorcode"))
 
     def Abort(self, errorcode: int = 0) -> None:
         """Terminate every process of the job (MPI_Abort)."""
@@ -343,6 +397,7 @@ class Comm(Handle):
         self._check("Comm.Free")
         if self._ctx in (0, 4):
             raise error(ERR_COMM, f"Comm.Free: cannot free a predefined communicator ({self._name})")
+        _keyval.on_free(self)  # attribute delete callbacks, newest first, while the handle is valid
         eng = _rt.ENGINE
         _commctx.forget(self._ctx)  # its lock table and private duplicate (mpi4py's attributes)
         with eng.lock:
@@ -1439,6 +1494,7 @@ class Intracomm(Comm):
         t = _TOPOS.get(self._ctx)
         if t is not None:  # a duplicate keeps the topology, whatever class the handle has
             _TOPOS[ctx] = t
+        _keyval.on_dup(self, c, "Comm.Dup")  # attribute copy callbacks (frees c if one fails)
         return c
 
     def Dup_with_info(self, info) -> "Intracomm":
@@ -1472,7 +1528,10 @@ class Intracomm(Comm):
 
             def done(ctx, err, errmsg):
                 if not err:
-                    self._dup_into(c, ctx, info)
+                    try:
+                        self._dup_into(c, ctx, info)
+                    except MPIException as e:  # a copy callback failed: the request fails
+                        j.err, j.errmsg = e.Get_error_class(), str(e)
                 else:
                     j.err, j.errmsg = err, errmsg
                 part_done(j, j)
@@ -2252,6 +2311,7 @@ class Intercomm(Comm):
             ctx = self._agree(1, "Comm.Dup")
             c = _new_inter(ctx, self._rw, self._w, self._rw[self._rank], self._errh)
             c._info = dict(self._info or {}) if info is None else _info_items(info)
+            _keyval.on_dup(self, c, "Comm.Dup")  # attribute copy callbacks (frees c if one fails)
             return c
         except MPIException as e:
             self._raise(e)

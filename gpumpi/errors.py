@@ -380,23 +380,24 @@ _user_slots: dict[str, set] = {}
 class Errhandler(Handle):
     """Error handler (MPI_Errhandler)."""
 
-    __slots__ = ("_kind", "_fn", "_name", "_h", "_slot", "__weakref__")
+    __slots__ = ("_kind", "_fn", "_name", "_h", "_slot", "_family", "__weakref__")
     _hnull = 0x14000000
     _htable = Table("Errhandler", -0x6C000000)
 
     def __init__(self, errhandler: "Errhandler | None" = None) -> None:
         if errhandler is None:
             self._kind, self._fn, self._name, self._h, self._slot = "null", None, "ERRHANDLER_NULL", self._hnull, None
+            self._family = None
         elif not isinstance(errhandler, Errhandler):
             raise TypeError(f"Errhandler: expecting an Errhandler (got {type(errhandler).__name__})")
         else:
             self._kind, self._fn, self._name = errhandler._kind, errhandler._fn, errhandler._name
-            self._h, self._slot = errhandler._h, None
+            self._h, self._slot, self._family = errhandler._h, None, errhandler._family
 
     @classmethod
     def _make(cls, kind: str, fn=None, name: str = "", handle: int | None = None) -> "Errhandler":
         e = cls.__new__(cls)
-        e._kind, e._fn, e._name, e._slot = kind, fn, name, None
+        e._kind, e._fn, e._name, e._slot, e._family = kind, fn, name, None, None
         if handle is None:
             e._h = cls._htable.new()
             cls._htable.add(e)
@@ -417,6 +418,7 @@ class Errhandler(Handle):
         e = cls._make("user", fn, getattr(fn, "__name__", "user"))
         used.add(free[0])
         e._slot = (family, free[0])
+        e._family = family
         cls._htable.add(e)
         return e
 
@@ -425,6 +427,7 @@ class Errhandler(Handle):
 
     def _hnullify(self) -> None:
         self._kind, self._fn, self._name, self._h, self._slot = "null", None, "ERRHANDLER_NULL", self._hnull, None
+        self._family = None
 
     def __repr__(self) -> str:
         return f"<Errhandler {self._name or self._kind}>"

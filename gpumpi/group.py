@@ -209,9 +209,14 @@ class Group(Handle):
 
     @classmethod
     def Create_from_session_pset(cls, session, pset_name: str) -> "Group":
-        """Create a group from a session process set (MPI_Group_from_session_pset)."""
-        raise NotImplementedError("Group.Create_from_session_pset: sessions are not supported yet "
-                                  "(gpumpi issue 12)")
+        """Create a group from a session process set (MPI_Group_from_session_pset).
+
+        ``session`` is a :class:`gpumpi.session.Session`; ``pset_name`` one of its process
+        sets (``"mpi://WORLD"``, ``"mpi://SELF"``)."""
+        make = getattr(type(session), "_group", None)
+        if make is None:
+            raise TypeError(f"Group.Create_from_session_pset: expecting a Session (got {type(session).__name__})")
+        return make(session, pset_name, "Group.Create_from_session_pset", cls)
 
     def Free(self) -> None:
         """Free the group (MPI_Group_free)."""

@@ -322,3 +322,28 @@ def test_fatal_handlers_call_abort_hook(handler):
     assert got[0][0] == ERR_TRUNCATE
     assert "Recv: truncated (10 > 4)" in got[0][1]
     assert got[1][0] != 0  # an abort never exits with status 0
+
+
+def test_null_errhandler_is_err_errhandler_and_families_travel_with_copies():
+    """MPICH: a null handler given to Set_errhandler is ERR_ERRHANDLER; a session refuses a
+    communicator's user handler (ERR_ARG), whichever reference to it is passed."""
+    from gpumpi import MPI
+
+    c = MPI.COMM_SELF.Dup()
+    with pytest.raises(MPIException) as ei:
+        c.Set_errhandler(MPI.ERRHANDLER_NULL)
+    assert ei.value.Get_error_class() == E.ERR_ERRHANDLER
+    with pytest.raises(TypeError):
+        c.Call_errhandler("x")  # an integer, as mpi4py's C int
+    comm_eh = MPI.Comm.Create_errhandler(lambda comm, code: None)
+    assert Errhandler(comm_eh)._family == "Comm"
+    assert Errhandler.fromhandle(comm_eh.handle)._family == "Comm"
+    s = MPI.Session.Init()
+    with pytest.raises(MPIException) as ei:
+        s.Set_errhandler(Errhandler.fromhandle(comm_eh.handle))
+    assert ei.value.Get_error_class() == ERR_ARG
+    c.Set_errhandler(comm_eh)  # (MPICH lets a communicator take any family's handler)
+    c.Set_errhandler(ERRORS_RETURN)
+    comm_eh.Free()
+    s.Finalize()
+    c.Free()

@@ -153,25 +153,21 @@ def _retain(dt: "Datatype") -> "Datatype":
     return Datatype(dt)
 
 
-def _release(dt: "Datatype", call: str):
-    """Drop one MPI reference to ``dt``'s handle; the last one deletes its attributes and releases
-    its components.  Returns the first attribute-callback error, or None."""
+def _release(dt: "Datatype") -> None:
+    """Drop one MPI reference to ``dt``'s handle; the last one deletes its attributes (their
+    delete callbacks' errors are reported on stderr only, as mpi4py's) and releases its components."""
     rec = dt._rec
     rec.refs -= 1
     if rec.refs > 0:
-        return None
-    failure = None
+        return
     if rec.attrs:
-        from . import attributes
+        from .attributes import DATATYPE
 
-        failure = attributes.delete_all(dt, call)
+        DATATYPE.delete_all(dt)
     rec.freed = True
     parts, rec.parts = rec.parts, ()
     for part in parts:
-        err = _release(part, call)
-        if failure is None:
-            failure = err
-    return failure
+        _release(part)
 
 
 def _index(value, what: str, call: str) -> int:
@@ -599,10 +595,8 @@ class Datatype:
         if self._combiner in _PREDEFINED_COMBINERS:
             raise error(ERR_TYPE, f"Datatype.Free: cannot free a predefined datatype "
                                   f"({self._rec.name or repr(self)})")
-        failure = _release(self, "Datatype.Free")
+        _release(self)
         self._nullify()
-        if failure is not None:
-            raise failure
 
     def free(self) -> None:
         """Call `Free` if not null or predefined (mpi4py's safe free).
@@ -747,37 +741,38 @@ class Datatype:
         the value is replaced, deleted, or its datatype freed.  With ``nopython`` values
         are plain integers, as C attributes.
         """
-        from . import attributes
+        from .attributes import DATATYPE
 
-        return attributes.create_keyval(copy_fn, delete_fn, nopython)
+        return DATATYPE.create_keyval(copy_fn, delete_fn, nopython)
 
     @classmethod
     def Free_keyval(cls, keyval: int) -> int:
         """Free an attribute key for datatypes (MPI_Type_free_keyval); returns KEYVAL_INVALID."""
-        from . import attributes
+        from .attributes import DATATYPE
 
-        return attributes.free_keyval(keyval)
+        return DATATYPE.free_keyval(keyval)
 
     def Set_attr(self, keyval: int, attrval) -> None:
         """Store attribute value associated with a key (MPI_Type_set_attr)."""
         self._check("Set_attr")
-        from . import attributes
+        from .attributes import DATATYPE
 
-        attributes.set_attr(self, keyval, attrval)
+        DATATYPE.set_attr(self, keyval, attrval)
 
     def Get_attr(self, keyval: int):
         """Retrieve attribute value by key (MPI_Type_get_attr); None when not set."""
         self._check("Get_attr")
-        from . import attributes
+        from .attributes import DATATYPE
 
-        return attributes.get_attr(self, keyval)
+        return DATATYPE.get_attr(self, keyval)
 
     def Delete_attr(self, keyval: int) -> None:
-        """Delete attribute value associated with a key (MPI_Type_delete_attr)."""
+        """Delete attribute value associated with a key (MPI_Type_delete_attr); raises the
+        delete callback's error (the value is gone regardless)."""
         self._check("Delete_attr")
-        from . import attributes
+        from .attributes import DATATYPE
 
-        attributes.delete_attr(self, keyval)
+        DATATYPE.delete_attr(self, keyval)
 
     # -- packing ----------------------------------------------------------------------------
 

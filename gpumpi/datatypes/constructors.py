@@ -237,12 +237,12 @@ def dup(old: Datatype) -> Datatype:
         align=old._align, yid=old._yid, basic=old._basic, nbasic=old._nbasic,
         committed=old._rec.committed, contig=old._contig,
     )
-    from . import attributes
+    from .attributes import DATATYPE
 
     try:
-        attributes.copy_all(old, new, call)
+        DATATYPE.copy_all(old, new, call)
     except Exception:
-        new._rec.attrs.clear()
+        new._rec.attrs.clear()  # a failed copy leaves no attributes (and runs no delete callbacks)
         new.Free()
         raise
     return new
