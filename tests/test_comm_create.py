@@ -222,6 +222,8 @@ def _bad():
         return "no error"
 
     res["split_negative_color"] = cls(lambda: w.Split(-5))
+    res["split_undefined"] = w.Split(MPI.UNDEFINED, r) == MPI.COMM_NULL  # collective, no communicator
+    res["group_bad_rank"] = cls(lambda: w.Get_group().Incl([n]))
     res["split_type_bad"] = cls(lambda: w.Split_type(12345))
     g = MPI.COMM_SELF.Get_group()
     if n > 1 and r == 0:
@@ -243,11 +245,13 @@ def _bad():
 
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_bad_input_raises_the_mpi_error_class(n):
-    from gpumpi.errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_TAG
+    from gpumpi.errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_RANK, ERR_TAG
 
     got = run_ranks(_bad, n, timeout=60)
     for r, res in enumerate(got):
         assert res["split_negative_color"] == ERR_ARG
+        assert res["split_undefined"] is True
+        assert res["group_bad_rank"] == ERR_RANK
         assert res["split_type_bad"] == ERR_ARG
         assert res["create_group_not_a_group"] == "TypeError"
         assert res["create_group_bad_tag"] == ERR_TAG

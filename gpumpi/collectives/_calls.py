@@ -26,11 +26,12 @@ from .._p2p import _sig
 from ..constants import PROC_NULL, ROOT, is_in_place
 from ..datatypes._core import Datatype
 from ..datatypes import plan as _plan
-from ..errors import ERR_TYPE, error
+from ..errors import ERR_COUNT, ERR_TRUNCATE, ERR_TYPE, error
 from ..op import Op, check_op, reduce_unit
 from . import inter, select
 from ..datatypes.predefined import BYTE
 from ._execute import Blocks, Coll, Flat, host_array, packed_in, packed_out, raw_msg, resized_in, resized_out
+from .neighbor import exchange, prefix_blocks, self_pairs, uniform_blocks
 from .schedule import RBUF, SBUF, Schedule
 
 _EMPTY = Flat(memoryview(bytearray()), 0, 0)
@@ -781,10 +782,7 @@ def reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call: str) -> Coll:
     return c
 
 
-
 # --- neighbor collectives (mpi4py ``_p_msg_cco.for_neighbor_*``; schedules: collectives.neighbor) --
-from ..errors import ERR_COUNT, ERR_TRUNCATE  # noqa: E402  (this section's own imports)
-from .neighbor import exchange, prefix_blocks, self_pairs, uniform_blocks  # noqa: E402
 
 
 def _neighbor(comm, call: str, sched_args: tuple, sblocks, rblocks, kind: str, sig: int) -> Coll:
