@@ -87,7 +87,7 @@ from .group import Group
 from .info import Info
 from .message import Message
 from .op import MAX as _MAX, SUM, Op
-from .request import Prequest, Request, check_status, done_xfer, joint, part_done
+from .request import Prequest, Request, all_of, check_status, done_xfer, joint, part_done
 from .status import Status
 from numpy import ndarray as _ndarray
 
@@ -2319,12 +2319,56 @@ class Intercomm(Comm):
     Clone = Dup
 
     def Idup(self, info=None) -> tuple:
-        """Nonblocking duplicate (MPI_Comm_idup): not on intercommunicators yet."""
-        raise NotImplementedError("Intercomm.Idup: nonblocking duplication of intercommunicators is not "
-                                  "supported yet (Intercomm.Dup is)")
+        """Nonblocking duplicate (MPI_Comm_idup; with ``info``: MPI_Comm_idup_with_info).
+
+        Returns ``(comm, request)``; ``comm`` is usable once ``request`` completes.  Each
+        agreement attempt is two nonblocking maxima at once: over the local group (on the
+        private local communicator) and across (an intercommunicator allreduce gives each
+        group the other's maximum), so the call never waits for the other ranks."""
+        call = "Comm.Idup"
+        try:
+            self._check(call)
+            _info_arg(info, call)
+            c = Intercomm.__new__(Intercomm)
+            c._set_null()
+            t = self._ctag()  # in call order on every rank of both groups
+            s1, r1, s2, r2 = (_np.zeros(1, _np.int64) for _ in range(4))
+            local = _calls.allreduce(self._local, s1, r1, _MAX, call)
+            across = _calls.INTER["allreduce"](self, s2, r2, _MAX, call)
+            j = joint(1)
+            j.st_source, j.st_tag, j.st_nbytes = -1, -1, 0
+
+            def start_max(values, attempt):
+                s1[0] = s2[0] = values[0]
+                local.tag = across.tag = -(_IDUP_TAGS + (((t & 0x07FFFFFF) << 2) | (attempt & 3)))
+                x = all_of([_coll_exec.start(local), _coll_exec.start(across)], None)
+                return x, lambda: (max(int(r1[0]), int(r2[0])),)
+
+            def done(ctx, err, errmsg):
+                if not err:
+                    try:
+                        me = self._rw[self._rank]
+                        c._setup(ctx, self._rw, me, remote=self._w)
+                        lc = Intracomm.__new__(Intracomm)
+                        lc._setup(ctx + 4, self._rw, me)
+                        c._local = lc
+                        c._errh = self._errh
+                        c._info = dict(self._info or {}) if info is None else _info_items(info)
+                        _keyval.on_dup(self, c, "Comm.Dup")
+                    except MPIException as e:  # a copy callback failed: the request fails
+                        j.err, j.errmsg = e.Get_error_class(), str(e)
+                else:
+                    j.err, j.errmsg = err, errmsg
+                part_done(j, j)
+
+            _ctxid.Allocation(start_max, (self._ctx, 9, t), done, nblocks=2).start()
+            return c, Request._of(j, self, None, (local, across, s1, r1, s2, r2))
+        except MPIException as e:
+            self._raise(e)
 
     def Idup_with_info(self, info) -> tuple:
-        """Nonblocking duplicate with hints (MPI_Comm_idup_with_info): not on intercommunicators yet."""
+        """Nonblocking duplicate with new info hints (MPI_Comm_idup_with_info)."""
+        _info_arg(info, "Comm.Idup_with_info", none_ok=False)
         return self.Idup(info)
 
     def Dup_with_info(self, info) -> "Intercomm":

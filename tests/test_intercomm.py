@@ -207,3 +207,46 @@ def test_create_from_groups_joins_two_halves_without_a_parent(n):
         size, rsize = (h, n - h) if lo else (n - h, h)
         other_sum = sum(range(h, n)) if lo else sum(range(h))
         assert res == (r if lo else r - h, size, rsize, other_sum, ERR_GROUP), (r, res)
+
+
+def _inter_idup():
+    import numpy as np
+
+    from gpumpi import MPI
+
+    w = MPI.COMM_WORLD
+    r, n = w.rank, w.size
+    half = w.Split(int(r >= n // 2), r)
+    ic = half.Create_intercomm(0, w, n // 2 if r < n // 2 else 0, tag=3)
+    # the low group's leader Idups, then blocks in a send to a rank of the other group that
+    # has not called Idup yet: a nonblocking duplicate must not wait for it
+    buf = np.zeros(2)
+    if r == 0:
+        d, req = ic.Idup()
+        ic.Send(np.array([1.0, 2.0]), 0, tag=9)
+        req.Wait()
+    elif r == n // 2:
+        ic.Recv(buf, 0, tag=9)
+        d, req = ic.Idup()
+        req.Wait()
+    else:
+        d, req = ic.Idup()
+        req.Wait()
+    res = (MPI.Comm.Compare(ic, d), d.Get_remote_size(), d.allreduce(r), buf.tolist())
+    for c in (d, ic, half):
+        c.Free()
+    return res
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_intercomm_idup_is_nonblocking(n):
+    from gpumpi.constants import CONGRUENT
+
+    got = run_ranks(_inter_idup, n, timeout=60)
+    h = n // 2
+    for r, res in enumerate(got):
+        lo = r < h
+        other = sum(range(h, n)) if lo else sum(range(h))
+        assert res[:3] == (CONGRUENT, n - h if lo else h, other), (r, res)
+        if r == h:
+            assert res[3] == [1.0, 2.0]
