@@ -383,6 +383,8 @@ def _attach(pool_holder: dict, buf, call: str) -> None:
     if pool_holder.get("pool") is not None:
         raise error(ERR_BUFFER, f"{call}: a buffer is already attached")
     mem = None
+    if buf is None:  # mpi4py: None means BUFFER_AUTOMATIC
+        buf = BUFFER_AUTOMATIC
     if buf is not BUFFER_AUTOMATIC:
         try:  # any writable buffer mpi4py takes: buffer protocol, DLPack, CUDA array interface
             view = as_buffer(buf, False, call)
@@ -428,7 +430,7 @@ def Iflush_buffer():
 
 
 def Attach_buffer(buf) -> None:
-    """Attach a user buffer for buffered sends (MPI_Buffer_attach); BUFFER_AUTOMATIC allowed."""
+    """Attach a user buffer for buffered sends (MPI_Buffer_attach); BUFFER_AUTOMATIC (or None, as mpi4py) allowed."""
     _attach(_bsend, buf, "Attach_buffer")
 
 

@@ -1001,3 +1001,16 @@ def test_bad_status_or_buffer_is_refused_before_the_message_is_taken(n):
     """Recv(status="bogus") consumed the message, then raised AttributeError; Message.Recv with a
     bad buffer lost the matched message."""
     assert run_ranks(_bad_status_loses_nothing, n, timeout=60) == [True] * n
+
+
+def test_attach_buffer_none_is_buffer_automatic_as_in_mpi4py():
+    from gpumpi import MPI
+
+    MPI.Attach_buffer(None)
+    assert MPI.Detach_buffer() is MPI.BUFFER_AUTOMATIC
+    c = MPI.COMM_SELF.Dup()
+    c.Attach_buffer(None)
+    c.bsend("x", 0, 3)  # an automatic buffer takes any size
+    assert c.recv(source=0, tag=3) == "x"
+    assert c.Detach_buffer() is MPI.BUFFER_AUTOMATIC
+    c.Free()
