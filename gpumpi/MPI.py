@@ -224,8 +224,11 @@ def _commctx_intra(comm: Intracomm):
 
 
 def _commctx_inter(comm: Intercomm):
-    """Raise NotImplementedError: mpi4py ``MPI._commctx_inter`` needs intercommunicators (issue 12)."""
-    raise NotImplementedError("_commctx_inter: intercommunicators are not supported yet")
+    """Return ``(duplicate, tag, localcomm, low_group)`` for an intercommunicator (mpi4py
+    ``MPI._commctx_inter``; made collectively on first use, as mpi4py's)."""
+    if not isinstance(comm, Intercomm):
+        raise TypeError("_commctx_inter: expecting an intercommunicator")
+    return _commctx.commctx_inter(comm)
 
 
 # --- memory ---------------------------------------------------------------------------------------

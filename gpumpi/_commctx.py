@@ -69,10 +69,37 @@ def commctx_intra(comm):
         return ent[0], tag
 
 
+def commctx_inter(comm):
+    """``(duplicate, tag, localcomm, low_group)`` of intercommunicator ``comm`` (mpi4py
+    ``MPI._commctx_inter``, as its ``PyMPI_Commctx_inter``): the private duplicate, the next tag
+    on it, an intracommunicator of the local group (made on first use through a merge, as mpi4py
+    does) and whether this is the low group (the smaller one; equal sizes: the group merged first)."""
+    ctx = comm._ctx
+    with lock(comm, "@commctx_inter"):
+        ent = _ctxs.get(ctx)
+        if ent is None:
+            ent = _ctxs[ctx] = [comm.Dup(), 0]
+        if len(ent) == 2:
+            ls, rs = comm.Get_size(), comm.Get_remote_size()
+            merged = comm.Merge(ls > rs)
+            low = 0 if ls > rs else 1 if ls < rs else int(merged.Get_rank() < ls)
+            group = comm.Get_group()
+            ent += [merged.Create(group), low]
+            group.Free()
+            merged.Free()
+        if ent[1] >= TAG_UB_VALUE:
+            ent[1] = 0
+        tag = ent[1]
+        ent[1] += 1
+        return ent[0], tag, ent[2], bool(ent[3])
+
+
 def forget(ctx: int) -> None:
     """Drop the state of the communicator with context id ``ctx`` (it is being freed)."""
     with _mutex:
         _tables.pop(ctx, None)
         ent = _ctxs.pop(ctx, None)
-    if ent is not None and ent[0]:
-        ent[0].Free()
+    if ent is not None:
+        for c in [ent[0]] + ent[2:3]:  # the duplicate, and an intercommunicator's local communicator
+            if c:
+                c.Free()

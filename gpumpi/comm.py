@@ -236,9 +236,10 @@ class Comm(Handle):
     group = property(Get_group)
 
     def Is_inter(self) -> bool:
-        """Whether this is an intercommunicator (MPI_Comm_test_inter)."""
+        """Whether this is an intercommunicator (MPI_Comm_test_inter): also through a plain
+        ``Comm`` handle (an intercommunicator's peers are its remote group, never its own)."""
         self._check("Comm.Is_inter")
-        return False
+        return self._w != self._rw
 
     def Is_intra(self) -> bool:
         """Whether this is an intracommunicator."""
@@ -416,20 +417,96 @@ class Comm(Handle):
         return self.Dup()
 
     def Dup(self, info=None) -> "Comm":
-        """Duplicate the communicator (MPI_Comm_dup); intracommunicators only so far."""
+        """Duplicate the communicator (MPI_Comm_dup); through a plain ``Comm`` handle of an
+        intracommunicator, a ``Comm`` (as mpi4py); of an intercommunicator: use its
+        ``Intercomm`` handle."""
         try:
             self._check("Comm.Dup")
         except MPIException as e:
             self._raise(e)
-        raise NotImplementedError(f"Comm.Dup: not supported for {type(self).__name__} yet")
+        if self.Is_inter():
+            raise NotImplementedError("Comm.Dup: duplicate an intercommunicator through its Intercomm handle")
+        return Intracomm.Dup(self, info)
 
     def Split(self, color: int = 0, key: int = 0) -> "Comm":
-        """Split into disjoint communicators (MPI_Comm_split); intracommunicators only so far."""
+        """Split into disjoint communicators (MPI_Comm_split); through a plain ``Comm`` handle
+        of an intracommunicator as through its ``Intracomm`` handle."""
         try:
             self._check("Comm.Split")
         except MPIException as e:
             self._raise(e)
-        raise NotImplementedError(f"Comm.Split: not supported for {type(self).__name__} yet")
+        if self.Is_inter():
+            raise NotImplementedError("Comm.Split: split an intercommunicator through its Intercomm handle")
+        return Intracomm.Split(self, color, key)
+
+    # --- agreement among the members (gpumpi._ctxid) ----------------------------------------
+    def _allgather_ints(self, values: tuple, call: str, members=None, tag=None) -> list:
+        """Small all-gather of integer tuples (gather to the first member, then broadcast) on
+        the collective context.  ``members``: the communicator ranks taking part, in order
+        (default: all); ``tag``: the tag (default: the next collective tag, which every rank
+        of the communicator takes; a subset must pass its own)."""
+        members = range(self._size) if members is None else members
+        n = len(members)
+        k = len(values)
+        fmt = struct.Struct(f"<{k}q")
+        if tag is None:
+            tag = self._ctag()
+        if n == 1:
+            return [tuple(values)]
+        first = members[0]
+        if self._rank == first:
+            out = [tuple(values)] + [None] * (n - 1)
+            bufs = [bytearray(fmt.size) for _ in range(n - 1)]
+            xs = [self._crecv(memoryview(bufs[i - 1]), members[i], tag, call) for i in range(1, n)]
+            self._cwait(xs)
+            for i in range(1, n):
+                out[i] = fmt.unpack(bufs[i - 1])
+            flat = memoryview(b"".join(fmt.pack(*v) for v in out))
+            self._cwait([self._csend(flat, members[i], tag, call) for i in range(1, n)])
+            return out
+        self._cwait([self._csend(memoryview(fmt.pack(*values)), first, tag, call)])
+        flat = bytearray(fmt.size * n)
+        self._cwait([self._crecv(memoryview(flat), first, tag, call)])
+        return [fmt.unpack_from(flat, fmt.size * i) for i in range(n)]
+
+    def _agree(self, call: str, values: tuple = (), nblocks: int = 1, members=None, tag=None, key=None):
+        """A fresh context id agreed by ``members`` (default: every rank), with every member's
+        ``values``: ``(ctx, rows)``, rows in member order, one exchange per attempt."""
+        if key is None:
+            key = (self._ctx, 0, self._ctag())
+        return _ctxid.allocate_with(lambda v: self._allgather_ints(v, call, members, tag), key, values, nblocks)
+
+    def _agree_ctx(self, call: str) -> int:
+        """A fresh context id for a new communicator, agreed by every rank (collective)."""
+        return self._agree(call)[0]
+
+    def _new(self, ctx: int, world, cls=None, info=None) -> "Intracomm":
+        """The new communicator of context ``ctx`` over ``world`` ranks, with this one's error
+        handler (MPI: a new communicator inherits its parent's)."""
+        c = (cls or Intracomm).__new__(cls or Intracomm)
+        c._setup(ctx, world, _rt.ENGINE.rank)
+        c._errh = self._errh
+        c._info = _info_items(info)
+        return c
+
+    def _dup_into(self, c, ctx: int, info) -> "Intracomm":
+        c._setup(ctx, self._rw, self._rw[self._rank])
+        c._errh = self._errh
+        c._info = dict(self._info or {}) if info is None else _info_items(info)
+        t = _TOPOS.get(self._ctx)
+        if t is not None:  # a duplicate keeps the topology, whatever class the handle has
+            _TOPOS[ctx] = t
+        _keyval.on_dup(self, c, "Comm.Dup")  # attribute copy callbacks (frees c if one fails)
+        return c
+
+
+    def _split(self, color: int, key: int, call: str, info=None) -> "Intracomm":
+        ctx, rows = self._agree(call, (color, key))
+        if color == UNDEFINED:
+            return Intracomm()
+        members = sorted((v[1], r) for r, v in enumerate(rows) if v[0] == color)
+        return self._new(ctx, [self._rw[r] for _, r in members], info=info)
+
 
     # --- point-to-point: posting ----------------------------------------------------------
     @classmethod
@@ -1423,56 +1500,6 @@ class Intracomm(Comm):
 
     __slots__ = ()
 
-    # --- agreement among the members (gpumpi._ctxid) ----------------------------------------
-    def _allgather_ints(self, values: tuple, call: str, members=None, tag=None) -> list:
-        """Small all-gather of integer tuples (gather to the first member, then broadcast) on
-        the collective context.  ``members``: the communicator ranks taking part, in order
-        (default: all); ``tag``: the tag (default: the next collective tag, which every rank
-        of the communicator takes; a subset must pass its own)."""
-        members = range(self._size) if members is None else members
-        n = len(members)
-        k = len(values)
-        fmt = struct.Struct(f"<{k}q")
-        if tag is None:
-            tag = self._ctag()
-        if n == 1:
-            return [tuple(values)]
-        first = members[0]
-        if self._rank == first:
-            out = [tuple(values)] + [None] * (n - 1)
-            bufs = [bytearray(fmt.size) for _ in range(n - 1)]
-            xs = [self._crecv(memoryview(bufs[i - 1]), members[i], tag, call) for i in range(1, n)]
-            self._cwait(xs)
-            for i in range(1, n):
-                out[i] = fmt.unpack(bufs[i - 1])
-            flat = memoryview(b"".join(fmt.pack(*v) for v in out))
-            self._cwait([self._csend(flat, members[i], tag, call) for i in range(1, n)])
-            return out
-        self._cwait([self._csend(memoryview(fmt.pack(*values)), first, tag, call)])
-        flat = bytearray(fmt.size * n)
-        self._cwait([self._crecv(memoryview(flat), first, tag, call)])
-        return [fmt.unpack_from(flat, fmt.size * i) for i in range(n)]
-
-    def _agree(self, call: str, values: tuple = (), nblocks: int = 1, members=None, tag=None, key=None):
-        """A fresh context id agreed by ``members`` (default: every rank), with every member's
-        ``values``: ``(ctx, rows)``, rows in member order, one exchange per attempt."""
-        if key is None:
-            key = (self._ctx, 0, self._ctag())
-        return _ctxid.allocate_with(lambda v: self._allgather_ints(v, call, members, tag), key, values, nblocks)
-
-    def _agree_ctx(self, call: str) -> int:
-        """A fresh context id for a new communicator, agreed by every rank (collective)."""
-        return self._agree(call)[0]
-
-    def _new(self, ctx: int, world, cls=None, info=None) -> "Intracomm":
-        """The new communicator of context ``ctx`` over ``world`` ranks, with this one's error
-        handler (MPI: a new communicator inherits its parent's)."""
-        c = (cls or Intracomm).__new__(cls or Intracomm)
-        c._setup(ctx, world, _rt.ENGINE.rank)
-        c._errh = self._errh
-        c._info = _info_items(info)
-        return c
-
     # --- constructors -------------------------------------------------------------------------
     def Dup(self, info=None) -> "Intracomm":
         """Duplicate the communicator (MPI_Comm_dup); ``info`` given: MPI_Comm_dup_with_info.
@@ -1486,16 +1513,6 @@ class Intracomm(Comm):
             self._raise(e)
 
     Clone = Dup
-
-    def _dup_into(self, c, ctx: int, info) -> "Intracomm":
-        c._setup(ctx, self._rw, self._rw[self._rank])
-        c._errh = self._errh
-        c._info = dict(self._info or {}) if info is None else _info_items(info)
-        t = _TOPOS.get(self._ctx)
-        if t is not None:  # a duplicate keeps the topology, whatever class the handle has
-            _TOPOS[ctx] = t
-        _keyval.on_dup(self, c, "Comm.Dup")  # attribute copy callbacks (frees c if one fails)
-        return c
 
     def Dup_with_info(self, info) -> "Intracomm":
         """Duplicate with new info hints (MPI_Comm_dup_with_info)."""
@@ -1561,13 +1578,6 @@ class Intracomm(Comm):
         except MPIException as e:
             self._raise(e)
 
-    def _split(self, color: int, key: int, call: str, info=None) -> "Intracomm":
-        ctx, rows = self._agree(call, (color, key))
-        if color == UNDEFINED:
-            return Intracomm()
-        members = sorted((v[1], r) for r, v in enumerate(rows) if v[0] == color)
-        return self._new(ctx, [self._rw[r] for _, r in members], info=info)
-
     def Split_type(self, split_type: int, key: int = 0, info=None) -> "Intracomm":
         """Split by a hardware resource (MPI_Comm_split_type).
 
@@ -1621,14 +1631,13 @@ class Intracomm(Comm):
 
     def Create(self, group) -> "Intracomm":
         """A communicator of the members of ``group`` (MPI_Comm_create): collective over this
-        communicator; COMM_NULL on ranks outside the group."""
+        communicator; COMM_NULL on ranks outside the group.  As MPI-2.2 allows, ranks may pass
+        different groups as long as those are disjoint: each group gets its communicator."""
         call = "Comm.Create"
         try:
             self._check(call)
             members = self._subgroup(group, call)
-            ctx, rows = self._agree(call, (len(members),))
-            if any(r[0] != len(members) for r in rows):
-                raise error(ERR_GROUP, f"{call}: the ranks passed different groups (sizes {sorted({r[0] for r in rows})})")
+            ctx, _ = self._agree(call)
             if self._rank not in members:
                 return Intracomm()
             return self._new(ctx, [self._rw[r] for r in members])

@@ -28,6 +28,11 @@ def _constructors():
     sub = g.Incl([x for x in range(n) if x % 2 == 0])
     cc = w.Create(sub)
     out["create"] = None if cc == MPI.COMM_NULL else (cc.size, cc.rank, cc.allgather(r))
+    mine = g.Incl([x for x in range(n) if x % 2 == r % 2])  # disjoint groups, one per parity (MPI-2.2)
+    cd = w.Create(mine)
+    out["create_disjoint"] = (cd.size, cd.allgather(r))
+    cd.Free()
+    mine.Free()
     if r % 2 == 0:
         cg = w.Create_group(sub, tag=7)
         out["create_group"] = (cg.size, cg.rank, cg.allgather(r))
@@ -72,6 +77,7 @@ def test_constructors_follow_the_mpi_rules(n):
         mine = [x for x in range(n) if x % 2 == r % 2]
         order = sorted(mine, key=lambda x: n - x)  # key n - x: highest rank first
         assert out["split"] == (len(mine), order.index(r), order)
+        assert out["create_disjoint"] == (len(mine), mine)
         if r % 2 == 0:
             assert out["create"] == (len(evens), evens.index(r), evens)
             assert out["create_group"] == (len(evens), evens.index(r), evens)

@@ -250,3 +250,27 @@ def test_intercomm_idup_is_nonblocking(n):
         assert res[:3] == (CONGRUENT, n - h if lo else h, other), (r, res)
         if r == h:
             assert res[3] == [1.0, 2.0]
+
+
+def _plain_handles():
+    from gpumpi import MPI
+
+    w = MPI.COMM_WORLD
+    r, n = w.rank, w.size
+    half = w.Split(int(r >= n // 2), r)
+    ic = half.Create_intercomm(0, w, n // 2 if r < n // 2 else 0, tag=4)
+    plain = MPI.Comm(w)
+    d = plain.Dup()
+    s = plain.Split(r % 2, r)
+    res = (MPI.Comm(ic).Is_inter(), plain.Is_inter(), type(d).__name__, MPI.Comm.Compare(w, d), s.size)
+    for c in (d, s, ic, half):
+        c.Free()
+    return res
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_plain_comm_handles_tell_inter_from_intra_and_duplicate(n):
+    from gpumpi.constants import CONGRUENT
+
+    for r, res in enumerate(run_ranks(_plain_handles, n, timeout=60)):
+        assert res == (True, False, "Comm", CONGRUENT, len([x for x in range(n) if x % 2 == r % 2])), (r, res)
