@@ -54,7 +54,7 @@ def _gpumpi_class(obj) -> type:
 def _wrap(comm):
     cls = _gpumpi_class(comm)
     ref = cls.__new__(cls)
-    cls.__init__(ref, comm)
+    ref._hinit(comm)  # a new reference to the same handle (Handle._hinit)
     return ref
 
 

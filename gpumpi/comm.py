@@ -104,11 +104,14 @@ class Comm(Handle):
     _htable = Table("Comm", 0)
 
     def __new__(cls, comm: "Comm | None" = None):
-        # mpi4py's Comm.__new__ takes the communicator to copy (subclasses such as
-        # mpi4py.util.pkl5.Comm call it so); the copy itself is __init__'s
-        return super().__new__(cls)
+        # mpi4py's Comm.__new__ (its __cinit__) copies the communicator it is given, so a
+        # subclass whose __new__ passes another one (mpi4py's test_subclass MyCartcomm passes a
+        # new Cartcomm) gets that one, whatever __init__ later receives
+        self = super().__new__(cls)
+        self._init_from(comm)
+        return self
 
-    def __init__(self, comm: "Comm | None" = None) -> None:
+    def _init_from(self, comm) -> None:
         if comm is None:
             self._set_null()
         elif not isinstance(comm, Comm):
@@ -117,6 +120,9 @@ class Comm(Handle):
             raise TypeError(f"{type(self).__name__}: expecting an intracommunicator (got Intercomm)")
         else:
             self._copy_from(comm)
+
+    def _hinit(self, src) -> None:
+        self._init_from(src)  # fromhandle's new reference: the copy is __new__'s here, not __init__'s
 
     # --- handle ---------------------------------------------------------------------------
     def _hval(self) -> int:
@@ -1934,8 +1940,8 @@ class Topocomm(Intracomm):
     _kinds = (_topology.CART, _topology.GRAPH, _topology.DIST_GRAPH)
     _expect = "a topology communicator"
 
-    def __init__(self, comm: "Comm | None" = None) -> None:
-        super().__init__(comm)
+    def _init_from(self, comm) -> None:
+        super()._init_from(comm)
         if comm is not None and self._ctx >= 0:
             t = _TOPOS.get(self._ctx)
             if t is None:
@@ -2247,10 +2253,10 @@ class Intercomm(Comm):
 
     __slots__ = ("_local",)
 
-    def __init__(self, comm: "Comm | None" = None) -> None:
+    def _init_from(self, comm) -> None:
         if isinstance(comm, Comm) and comm._ctx >= 0 and not isinstance(comm, Intercomm):
             raise TypeError(f"Intercomm: expecting an intercommunicator (got {type(comm).__name__})")
-        super().__init__(comm)
+        super()._init_from(comm)
 
     def _set_null(self) -> None:
         super()._set_null()
