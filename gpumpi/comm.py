@@ -1544,9 +1544,7 @@ class Intracomm(Comm):
 
             def start_max(values, attempt):
                 send[0] = values[0]
-                # attempts use tags of their own (negative: never a user's or another call's),
-                # two apart so that a rank one attempt ahead never matches the last one
-                coll.tag = -(_IDUP_TAGS + (((t & 0x07FFFFFF) << 2) | (attempt & 3)))
+                coll.tag = _idup_tag(t, attempt)
                 return _coll_exec.start(coll), lambda: (int(recv[0]),)
 
             def done(ctx, err, errmsg):
@@ -1880,6 +1878,14 @@ _SPLIT_TYPES = (UNDEFINED, COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_U
 # Create_group -2 - tag (tag < 2**29), Idup attempts from -(_IDUP_TAGS), Create_from_group
 # (on COMM_WORLD) from -(_GROUP_TAGS); ANY_TAG (-1) and user tags never collide with them
 _IDUP_TAGS = (1 << 29) + 2
+
+
+def _idup_tag(t: int, attempt: int) -> int:
+    """The tag of an Idup's agreement attempt (``t``: the call's collective tag): negative, so
+    never a user's or another call's, and four apart per call so that a rank one attempt ahead
+    never matches the previous attempt's messages."""
+    return -(_IDUP_TAGS + (((t & 0x07FFFFFF) << 2) | (attempt & 3)))
+
 _GROUP_TAGS = (1 << 30) + 4
 
 
@@ -1896,9 +1902,7 @@ def _topo_comm(parent: "Intracomm", cls, n: int, call: str, record):
     ctx = parent._agree_ctx(call)
     if parent._rank >= n:
         return cls()
-    c = cls.__new__(cls)
-    c._setup(ctx, parent._rw[:n], parent._rw[parent._rank])
-    c._errh = parent._errh
+    c = parent._new(ctx, parent._rw[:n], cls)
     _TOPOS[ctx] = record(parent._rank)
     return c
 
@@ -2355,19 +2359,14 @@ class Intercomm(Comm):
 
             def start_max(values, attempt):
                 s1[0] = s2[0] = values[0]
-                local.tag = across.tag = -(_IDUP_TAGS + (((t & 0x07FFFFFF) << 2) | (attempt & 3)))
+                local.tag = across.tag = _idup_tag(t, attempt)
                 x = all_of([_coll_exec.start(local), _coll_exec.start(across)], None)
                 return x, lambda: (max(int(r1[0]), int(r2[0])),)
 
             def done(ctx, err, errmsg):
                 if not err:
                     try:
-                        me = self._rw[self._rank]
-                        c._setup(ctx, self._rw, me, remote=self._w)
-                        lc = Intracomm.__new__(Intracomm)
-                        lc._setup(ctx + 4, self._rw, me)
-                        c._local = lc
-                        c._errh = self._errh
+                        _new_inter(ctx, self._rw, self._w, self._rw[self._rank], self._errh, c)
                         c._info = dict(self._info or {}) if info is None else _info_items(info)
                         _keyval.on_dup(self, c, "Comm.Dup")
                     except MPIException as e:  # a copy callback failed: the request fails
@@ -2422,8 +2421,6 @@ class Intercomm(Comm):
         each group that share this node's memory with those of the other group on it
         (gpumpi's ranks all run on one node: the bootstrap has no multi-node mode yet);
         UNDEFINED gives COMM_NULL."""
-        from .constants import COMM_TYPE_SHARED
-
         try:
             call = "Comm.Split_type"
             self._check(call)
@@ -2441,8 +2438,6 @@ class Intercomm(Comm):
     def Create(self, group: Group) -> "Intercomm":
         """The intercommunicator of a subgroup of each group (MPI_Comm_create): every process
         passes a subgroup of its local group; COMM_NULL outside it, or when either is empty."""
-        from .errors import ERR_GROUP
-
         try:
             call = "Comm.Create"
             self._check(call)
@@ -2471,11 +2466,7 @@ class Intercomm(Comm):
             rhigh = bool(_lower.allgather_inter(self, high, call)[0])
             ctx = self._agree(4, call, nblocks=1)
             local_first = high < rhigh or (high == rhigh and self._rw[0] < self._w[0])
-            world = self._rw + self._w if local_first else self._w + self._rw
-            c = Intracomm.__new__(Intracomm)
-            c._setup(ctx, world, self._rw[self._rank])
-            c._errh = self._errh
-            return c
+            return self._new(ctx, self._rw + self._w if local_first else self._w + self._rw)
         except MPIException as e:
             self._raise(e)
 
@@ -2522,9 +2513,10 @@ class Intercomm(Comm):
             world._raise(e)
 
 
-def _new_inter(ctx: int, local, remote, me: int, errh) -> Intercomm:
-    """An intercommunicator on context block ``ctx``, its local communicator on ``ctx + 4``."""
-    c = Intercomm.__new__(Intercomm)
+def _new_inter(ctx: int, local, remote, me: int, errh, c: "Intercomm | None" = None) -> Intercomm:
+    """An intercommunicator on context block ``ctx``, its local communicator on ``ctx + 4``
+    (``c``: the object to set up, as Idup's, made before its context was agreed)."""
+    c = Intercomm.__new__(Intercomm) if c is None else c
     c._setup(ctx, local, me, remote=remote)
     lc = Intracomm.__new__(Intracomm)
     lc._setup(ctx + 4, local, me)

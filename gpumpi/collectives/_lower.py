@@ -28,6 +28,8 @@ from __future__ import annotations
 from .. import _objects
 from .. import _pickle
 from .. import _runtime as _rt
+from ..constants import PROC_NULL, ROOT
+from ._calls import _iroot
 
 _STANDARD = 0
 
@@ -260,9 +262,6 @@ def _ilocal_bcast(comm, obj, tag: int, call: str):
 
 
 def bcast_inter(comm, obj, root: int, call: str):
-    from ..constants import PROC_NULL, ROOT
-    from ._calls import _iroot
-
     root = _iroot(comm, root, call)
     tag = comm._ctag()
     if root == ROOT:
@@ -275,9 +274,6 @@ def bcast_inter(comm, obj, root: int, call: str):
 
 
 def gather_inter(comm, obj, root: int, call: str):
-    from ..constants import PROC_NULL, ROOT
-    from ._calls import _iroot
-
     root = _iroot(comm, root, call)
     tag = comm._ctag()
     if root == ROOT:
@@ -292,9 +288,6 @@ def gather_inter(comm, obj, root: int, call: str):
 
 
 def scatter_inter(comm, obj, root: int, call: str):
-    from ..constants import PROC_NULL, ROOT
-    from ._calls import _iroot
-
     root = _iroot(comm, root, call)
     if root == ROOT:
         items = _items(obj, len(comm._w), call)
@@ -330,9 +323,6 @@ def alltoall_inter(comm, obj, call: str):
 
 
 def reduce_inter(comm, obj, op, root: int, call: str):
-    from ..constants import PROC_NULL, ROOT
-    from ._calls import _iroot
-
     root = _iroot(comm, root, call)
     tag = comm._ctag()
     if root == ROOT:
@@ -413,7 +403,6 @@ def _neighbor(comm, items, call: str) -> list:
     """Item ``j`` to outgoing neighbor ``j``; a list with the item from each incoming neighbor
     (None from ``PROC_NULL``).  Receives are posted in the topology's matching order
     (``collectives.neighbor``); an edge to this process itself is a copy."""
-    from ..constants import PROC_NULL
 
     srcs, dsts, order = comm._nbrs()
     tag = comm._ctag()
