@@ -67,19 +67,19 @@ Words
 Device
 ------
 :func:`device_accumulate` runs numba.cuda kernels over the window memory, one CUDA
-thread per element (grid-stride loops, as in :mod:`gpumpi.kernels.reduce`):
+thread per element (grid-stride loops, as in :mod:`gpumpi.kernels.reduce`)::
 
-==================================  =====================================================
-4/8-byte ints: SUM MAX MIN          ``cuda.atomic.add/max/min/and_/or_/xor``
-BAND BOR BXOR; floats: SUM
-REPLACE (4/8 bytes)                 ``cuda.atomic.exch`` on the unsigned view of the bits
-NO_OP                               an aligned load (single-copy atomic on the GPU)
-4/8-byte: PROD LAND LOR LXOR;       ``cuda.atomic.cas`` loop; floats are bit-cast through a
-floats: MAX MIN                     one-element local array and its ``view``
-1/2-byte ints, bool: every op       ``cuda.atomic.cas`` loop on the aligned 32-bit word that
-                                    holds the element (shift and mask), since CUDA has no
-                                    8/16-bit atomics in numba
-==================================  =====================================================
+    elements                    ops                          kernel
+    4/8-byte int                SUM MAX MIN BAND BOR BXOR    cuda.atomic.add/max/min/and_/or_/xor
+    4/8-byte float              SUM                          cuda.atomic.add
+    4/8-byte any                REPLACE                      cuda.atomic.exch on the unsigned view of the bits
+    4/8-byte any                NO_OP                        an aligned load (single-copy atomic on the GPU)
+    4/8-byte int                PROD LAND LOR LXOR           cuda.atomic.cas loop
+    4/8-byte float              PROD MAX MIN LAND LOR LXOR   cuda.atomic.cas loop on the bits, bit-cast through
+                                                             a one-element local array and its view
+    1/2-byte int, bool          all                          cuda.atomic.cas loop on the aligned 32-bit word
+                                                             holding the element (shift and mask): numba has
+                                                             no 8/16-bit atomics
 
 The kernels index one array over the whole allocation holding the window (its start,
 from the adapter's ``pointer_info``, is 256-aligned, so every element and every 32-bit
