@@ -672,10 +672,9 @@ def run_rma(
     natomic = max([n + w for (t, _), (n, w) in zip(plans, counts) if t in ATOMIC] + [0])
     nbytes = window_bytes(plans)
     memory = _Memory(np, buffer)
-    win = origin = None
     gc_was_enabled = gc.isenabled()
     gc.disable()
-    try:
+    try:  # no collective cleanup on an error: the other rank would wait for it forever
         win = _Window(MPI, pair, memory, window, nbytes)
         origin = _Origin(memory, plans, natomic) if rank == 0 else None
         for index, ((test, size), (n, w)) in enumerate(zip(plans, counts)):
@@ -690,11 +689,10 @@ def run_rma(
     finally:
         if gc_was_enabled:
             gc.enable()
-        if win is not None:
-            win.free(MPI)
-        origin = None
-        memory.release()
-        pair.Free()
+    win.free(MPI)
+    origin = None
+    memory.release()
+    pair.Free()
     comm.Barrier()
     return rows
 
