@@ -76,9 +76,16 @@ ATTACH_MAX = 256
 _LOCK, _ACC, _SEQ, _NATT, _HDR = 0, 1, 2, 3, 8
 
 
+_ATOMICS: list = []
+
+
 def _atomics():
+    """:mod:`gpumpi.kernels.atomics`, imported on first use (it compiles with numba)."""
+    if _ATOMICS:
+        return _ATOMICS[0]
     from .kernels import atomics
 
+    _ATOMICS.append(atomics)
     return atomics
 
 
@@ -708,7 +715,18 @@ def origin_unpack(msg, packed: np.ndarray, nbytes: int) -> None:
 
 
 def check_acc_types(otype, ttype, op, call: str):
-    """Validate an accumulate's operation and types: ``(reducer, element dtype or None)``."""
+    """Validate an accumulate's operation and types: ``(reducer, element dtype or None)``
+    (cached on the target type's record per operation and origin type)."""
+    key = ("rma", getattr(op, "_h", None), otype._handle)
+    cache = ttype._rec.cache
+    hit = cache.get(key)
+    if hit is not None and not ttype._rec.freed and not otype._rec.freed:
+        return hit
+    hit = cache[key] = _check_acc_types(otype, ttype, op, call)
+    return hit
+
+
+def _check_acc_types(otype, ttype, op, call: str):
     from .kernels import reduce as K
     from .op import Op
 

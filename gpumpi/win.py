@@ -26,11 +26,13 @@ memory itself, and ``Flush``/``Sync`` order them).
 
 from __future__ import annotations
 
+import ctypes
 import operator
 
 import numpy as np
 
 from . import _rma
+from ._arrays import _FLAGS, _PEEK
 from ._buffers import _asdatatype, _extent_for, _is_integral, message_simple
 from ._handles import Handle, Table
 from ._membuffer import buffer
@@ -54,6 +56,12 @@ __all__ = ["Win", "WIN_NULL"]
 
 _NULL_H = 0x20000000
 _MODES = MODE_NOCHECK | MODE_NOSTORE | MODE_NOPUT | MODE_NOPRECEDE | MODE_NOSUCCEED
+#: native scalar types read and written in place by the Fetch_and_op fast path
+_CTYPES = {np.dtype(t): c for t, c in ((np.int8, ctypes.c_int8), (np.int16, ctypes.c_int16), (np.int32, ctypes.c_int32),
+                                       (np.int64, ctypes.c_int64), (np.uint8, ctypes.c_uint8),
+                                       (np.uint16, ctypes.c_uint16), (np.uint32, ctypes.c_uint32),
+                                       (np.uint64, ctypes.c_uint64), (np.float32, ctypes.c_float),
+                                       (np.float64, ctypes.c_double), (np.bool_, ctypes.c_bool))}
 _PREDEFINED = (WIN_BASE, WIN_SIZE, WIN_DISP_UNIT, WIN_CREATE_FLAVOR, WIN_MODEL)
 
 
@@ -606,7 +614,12 @@ class Win(Handle):
             if r == PROC_NULL:
                 return
             _same_size(msg.nbytes, plan.nbytes, call)
-            st.rt.write(ga[0], ga[1], plan, _rma.origin_packed(msg), call)
+            g = ga[0]
+            if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct" and not g.sim:
+                if plan.nbytes:
+                    ctypes.memmove(ga[1] + plan.lo, msg.addr + msg.lo, plan.nbytes)  # one copy, no array made
+                return
+            st.rt.write(g, ga[1], plan, _rma.origin_packed(msg), call)
         except MPIException as e:
             self._raise(e)
 
@@ -618,7 +631,12 @@ class Win(Handle):
             if r == PROC_NULL:
                 return
             _same_size(msg.nbytes, plan.nbytes, call)
-            _rma.origin_unpack(msg, st.rt.read(ga[0], ga[1], plan, call), plan.nbytes)
+            g = ga[0]
+            if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct" and not g.sim:
+                if plan.nbytes:
+                    ctypes.memmove(msg.addr + msg.lo, ga[1] + plan.lo, plan.nbytes)
+                return
+            _rma.origin_unpack(msg, st.rt.read(g, ga[1], plan, call), plan.nbytes)
         except MPIException as e:
             self._raise(e)
 
@@ -667,6 +685,9 @@ class Win(Handle):
 
     def Fetch_and_op(self, origin, result, target_rank: int, target_disp: int = 0, op: Op = SUM) -> None:
         """Fetch one element and apply an operation to it, atomically (MPI_Fetch_and_op)."""
+        fast = _fop_fast(self, origin, result, target_rank, target_disp, op)
+        if fast:
+            return
         call = "Win.Fetch_and_op"
         try:
             st = self._check(call)
@@ -686,10 +707,11 @@ class Win(Handle):
             plan = plan_for(ttype, 1)
             g, addr = W.target(r, disp, plan, call)
             if g.atomic and dtype is not None and res.kind == "host" and msg.kind == "host" and not g.sim:
+                ct = _CTYPES.get(dtype) if ttype._size == dtype.itemsize else None
                 A = _rma._atomics()
-                if A.supported(op._name, dtype):
-                    value = np.frombuffer(msg.mem, dtype, 1)[0]
-                    np.frombuffer(res.mem, dtype, 1)[0] = A.fetch_and_op(addr + plan.lo, value, op._name, dtype)
+                if ct is not None and A.supported(op._name, dtype):  # one instruction, no array made
+                    old = A.fetch_and_op(addr + plan.lo, ct.from_address(msg.addr + msg.lo).value, op._name, dtype)
+                    ct.from_address(res.addr + res.lo).value = old
                     return
             old = W.accumulate(g, addr, plan, red, dtype, _rma.origin_packed(msg), op._name, True, call)
             _rma.origin_unpack(res, old, plan.nbytes)
@@ -699,6 +721,8 @@ class Win(Handle):
     def Compare_and_swap(self, origin, compare, result, target_rank: int, target_disp: int = 0) -> None:
         """Replace one element with ``origin`` if it equals ``compare``, returning the old value
         in ``result``, atomically (MPI_Compare_and_swap)."""
+        if _cas_fast(self, origin, compare, result, target_rank, target_disp):
+            return
         call = "Win.Compare_and_swap"
         try:
             st = self._check(call)
@@ -858,6 +882,14 @@ class Win(Handle):
             self._raise(e)
 
     def _flush(self, rank, call: str) -> None:
+        st = self._st
+        if st is not None and type(rank) is int and not st.freed:  # the common case: a barrier, no checks to fail
+            W = st.rt
+            ep = W.epochs
+            a = ep.access
+            if (a == "lock_all" or (a == "lock" and rank in ep.locks)) and W.device_stream is None:
+                _rma._atomics().fence()
+                return
         try:
             st = self._check(call)
             r = None if rank is None else self._rank(st, rank, call, "rank")
@@ -886,6 +918,104 @@ class Win(Handle):
     def Sync(self) -> None:
         """Synchronize the public and private copies of the window (MPI_Win_sync): a memory barrier."""
         self._check("Win.Sync").rt.sync()
+
+
+#: (id(dtype), id(op)) -> (op, ctypes type, compiled fetch_and_op, op code, bool?, align mask, size)
+_FOP_FAST: dict = {}
+
+
+def _fop_fast(win, origin, result, rank, disp, op) -> bool:
+    """``Fetch_and_op`` of one native element between two NumPy arrays into a mapped window, in a
+    passive target or fence epoch that already admits the target: one atomic instruction and no
+    parsing.  False (nothing done) for anything else: the general path then checks and reports."""
+    st = win._st
+    if (st is None or type(origin) is not np.ndarray or type(result) is not np.ndarray or type(rank) is not int
+            or type(disp) is not int or not _PEEK or origin.dtype is not result.dtype):
+        return False
+    e = _FOP_FAST.get((id(origin.dtype), id(op)))
+    if e is None or e[0] is not op:
+        e = _fop_fast_entry(origin.dtype, op)
+        if e is None:
+            return False
+    io, ir = id(origin) >> 3, id(result) >> 3
+    if origin.size != 1 or result.size != 1 or not _FLAGS[io] & 3 or _FLAGS[ir] & 0x401 != 0x401 or st.freed:
+        return False
+    addr = _fast_target(st, rank, disp, e[6], e[5])
+    if addr is None:
+        return False
+    old = e[2](addr, origin.item(), e[3])
+    if result.ndim == 1:
+        result[0] = old
+    else:
+        result[...] = old
+    return True
+
+
+_CAS_FAST: dict = {}  # id(dtype) -> (compiled compare_and_swap, align mask, size)
+
+
+def _fast_target(st, rank, disp, size, mask):
+    """The address of ``size`` bytes at ``disp`` of ``rank``'s mapped window when the epoch admits
+    the operation and nothing needs checking or waiting; None otherwise."""
+    W = st.rt
+    ep = W.epochs
+    a = ep.access
+    if not (a == "lock_all" or (a == "lock" and rank in ep.locks)) or not 0 <= rank < W.size_n:
+        return None
+    g = W.regions[rank]
+    off = disp * g.unit
+    addr = g.base + off
+    if not g.atomic or g.sim or g.dyn or off < 0 or off + size > g.size or addr & mask:
+        return None
+    return addr
+
+
+def _cas_fast(win, origin, compare, result, rank, disp) -> bool:
+    """``Compare_and_swap`` of one native integer between NumPy arrays into a mapped window (as
+    :func:`_fop_fast`)."""
+    st = win._st
+    if (st is None or type(origin) is not np.ndarray or type(compare) is not np.ndarray
+            or type(result) is not np.ndarray or type(rank) is not int or type(disp) is not int or not _PEEK
+            or origin.dtype is not result.dtype or origin.dtype is not compare.dtype or st.freed):
+        return False
+    dt = origin.dtype
+    e = _CAS_FAST.get(id(dt))
+    if e is None:
+        if dt.kind not in "iu" or not dt.isnative or dt.itemsize not in (1, 2, 4, 8):
+            return False
+        fn, mask = _rma._atomics().cas_entry(dt)
+        e = _CAS_FAST[id(dt)] = (fn, mask, dt.itemsize)
+    if (origin.size != 1 or compare.size != 1 or result.size != 1 or not _FLAGS[id(origin) >> 3] & 3
+            or not _FLAGS[id(compare) >> 3] & 3 or _FLAGS[id(result) >> 3] & 0x401 != 0x401):
+        return False
+    addr = _fast_target(st, rank, disp, e[2], e[1])
+    if addr is None:
+        return False
+    old = e[0](addr, compare.item(), origin.item())
+    if result.ndim == 1:
+        result[0] = old
+    else:
+        result[...] = old
+    return True
+
+
+def _fop_fast_entry(dtype, op):
+    from ._arrays import lookup_dtype
+
+    if not isinstance(op, Op) or op._rec is not None or op._h == 0x18000000:
+        return None
+    ct = _CTYPES.get(dtype)
+    A = _rma._atomics()
+    if ct is None or not dtype.isnative or not A.supported(op._name, dtype):
+        return None
+    try:
+        dt = lookup_dtype(dtype, "Win.Fetch_and_op")
+        _rma.check_acc_types(dt, dt, op, "Win.Fetch_and_op")  # MPI defines the op for the type
+    except Exception:
+        return None
+    fn, code, isbool, mask = A.fop_entry(op._name, dtype)
+    e = _FOP_FAST[(id(dtype), id(op))] = (op, ct, fn, code, isbool, mask, ctypes.sizeof(ct))
+    return e
 
 
 def _same_size(onbytes: int, tnbytes: int, call: str, what: str = "origin") -> None:
@@ -956,14 +1086,14 @@ def _bytes_of(a):
 def _device_array(n: int, call: str):
     from . import _device
 
-    if _device.device_mode() == "sim":
+    if _device.device_mode() == "sim" or _device.cuda_driver() is None:  # the simulated device
         from ._device.simarray import SimDeviceArray
 
         return SimDeviceArray.zeros(n, np.uint8)
     try:
         import cupy
     except ImportError:
-        raise NotImplementedError(f"{call}: device windows need CuPy on a GPU, or GPUMPI_DEVICE=sim") from None
+        raise NotImplementedError(f"{call}: device windows need CuPy (pip install gpumpi[cuda])") from None
     return cupy.zeros(n, cupy.uint8)
 
 

@@ -489,6 +489,16 @@ def _fop_entry(op: str, dtype):
     return e
 
 
+def fop_entry(op: str, dtype) -> tuple:
+    """``(fn, code, is_bool, align_mask)`` for ``op`` on ``dtype``: ``fn(addr, value, code)`` is the
+    compiled :func:`fetch_and_op` itself, for callers that cache it (``Win.Fetch_and_op``'s fast path);
+    the address must be a multiple of ``align_mask + 1``.  ``ValueError`` where not :func:`supported`."""
+    e = _FOP.get((op, id(dtype)))
+    if e is None:
+        e = _fop_entry(op, dtype)
+    return e[:4]
+
+
 def fetch_and_op(addr: int, value, op: str, dtype):
     """Atomically ``old = *addr; *addr = old op value``; returns ``old`` (MPI_Fetch_and_op on one element).
 
@@ -519,6 +529,18 @@ def _cas_entry(dtype):
     fn = _scalar("cas", _j_cas, w, lambda types, t: t(types.int64, t, t))
     e = _CAS[id(dtype)] = (fn, dt, bits, dt.kind == "b", dt.itemsize - 1, dtype)
     return e
+
+
+def cas_entry(dtype) -> tuple:
+    """``(fn, align_mask)`` for an integer ``dtype``: ``fn(addr, compare, value)`` is the compiled
+    :func:`compare_and_swap`, for callers that cache it (``Win.Compare_and_swap``'s fast path)."""
+    dt = _np_dtype(dtype)
+    if dt is None or dt.kind not in "iu":
+        raise ValueError(f"atomics.cas_entry: integer types only ({dtype!r})")
+    e = _CAS.get(id(dtype))
+    if e is None:
+        e = _cas_entry(dtype)
+    return e[0], e[4]
 
 
 def compare_and_swap(addr: int, compare, value, dtype):
