@@ -18,15 +18,20 @@ How an origin reaches a target's memory (one :class:`Region` per member):
   handle.  Put/Get are NumPy copies through the datatype plans.
 * ``cma`` -- a peer's private memory (``Win.Create`` on a NumPy array or a
   bytearray, dynamic windows): ``process_vm_writev``/``readv`` by block run.
-* ``cuda`` -- a peer's GPU memory opened by its CUDA IPC handle: device copies on
-  gpumpi's copy stream, synchronized before the call returns.
+* ``device`` -- device memory, ours or a peer's opened by its IPC handle: copies
+  on gpumpi's copy stream, synchronized before the call returns; accumulates and
+  compare-and-swap are device atomics in kernels the origin launches on the
+  mapped memory (:mod:`gpumpi.kernels.atomics`).  Simulated device memory takes
+  this path too, through the simulated adapter (whose "kernels" are the host
+  instructions on its shared mapping, atomic between processes).
 
 Accumulates are element-wise atomic.  Where every origin updates the same
 physical memory with the CPU (mapped memory: ``Region.atomic``) and the element
 type has an atomic instruction (:func:`gpumpi.kernels.atomics.supported`), each
 element is updated with one (``atomicrmw``, or a ``cmpxchg`` loop);
-``Fetch_and_op`` and ``Compare_and_swap`` are one instruction each.  Everywhere
-else (private memory by CMA, GPU memory, complex, ``long double`` and pair types)
+``Fetch_and_op`` and ``Compare_and_swap`` are one instruction each.  Device
+windows use device atomics for the same types.  Everywhere else (private memory by
+CMA, complex, ``long double`` and pair types)
 an accumulate holds the target's *accumulate lock* for its read-modify-write, and
 every origin takes the same path for that target, so updates never interleave.
 
@@ -101,7 +106,7 @@ def _raw_array(addr: int, nbytes: int) -> np.ndarray:
 class Region:
     """One member's exposed memory as this process reaches it (see the module notes)."""
 
-    __slots__ = ("rank", "wrank", "pid", "mode", "base", "size", "unit", "atomic", "sim", "ctl", "dyn")
+    __slots__ = ("rank", "wrank", "pid", "mode", "base", "size", "unit", "atomic", "ad", "ctl", "dyn")
 
     def __repr__(self) -> str:
         return (f"<Region rank={self.rank} {self.mode} base={self.base:#x} size={self.size} unit={self.unit}"
@@ -176,7 +181,8 @@ class Window:
                 g = Region()
                 g.rank, g.wrank, g.pid = r, self.rw[r], rpid
                 g.size, g.unit = size, unit
-                g.atomic = g.sim = False
+                g.atomic = False
+                g.ad = None
                 g.dyn = kind == "dyn"
                 if r == self.me:
                     g.ctl = self.ctl
@@ -204,11 +210,7 @@ class Window:
                     else:
                         base = ad.ipc_open(handle) + off
                         self.on_free.append(lambda ad=ad, b=base - off: ad.ipc_close(b))
-                    g.base = base
-                    if adkind == "sim":  # simulated device memory is host memory, mapped shared
-                        g.mode, g.atomic, g.sim = "direct", True, True
-                    else:
-                        g.mode = "cuda"
+                    g.base, g.mode, g.ad = base, "device", ad  # the simulated device takes the same path
                 self.regions.append(g)
             self.comm.Barrier()  # every peer has opened our descriptors
         finally:
@@ -443,15 +445,18 @@ class Window:
     def _sync_device(self) -> None:
         s = self.device_stream
         if s is not None:
-            s[0].stream_synchronize(s[1])
+            for ad, st in s.values():
+                ad.stream_synchronize(st)
 
-    def _stream(self):
-        if self.device_stream is None:
-            from . import _device
-
-            ad = _device.adapter_for("device")
-            self.device_stream = (ad, _rt.ENGINE.copy_stream(ad))
-        return self.device_stream
+    def _stream(self, ad):
+        """``(adapter, gpumpi's copy stream on it)`` for device windows' copies and kernels."""
+        d = self.device_stream
+        if d is None:
+            d = self.device_stream = {}
+        e = d.get(ad.name)
+        if e is None:
+            e = d[ad.name] = (ad, _rt.ENGINE.copy_stream(ad))
+        return e
 
     # -- dynamic windows -----------------------------------------------------------------------
     def attach(self, addr: int, nbytes: int, call: str) -> None:
@@ -522,8 +527,6 @@ class Window:
         if not n:
             return
         if g.mode == "direct":
-            if g.sim:
-                _sim_sync()
             plan.unpack_from(packed, _raw_array(addr + plan.lo, plan.hi - plan.lo), plan.lo)
             return
         packed = np.ascontiguousarray(packed)
@@ -539,7 +542,7 @@ class Window:
                     self._cma_error(g, e, call)
                 pos += ln
             return
-        ad, s = self._stream()
+        ad, s = self._stream(g.ad)
         pos = 0
         for o, ln in zip(offs.tolist(), lens.tolist()):
             ad.memcpy(addr + o, src + pos, ln, s)
@@ -552,8 +555,6 @@ class Window:
         if not n:
             return out
         if g.mode == "direct":
-            if g.sim:
-                _sim_sync()
             plan.pack_into(_raw_array(addr + plan.lo, plan.hi - plan.lo), plan.lo, out)
             return out
         offs, lens = _runs(plan, n)
@@ -566,7 +567,7 @@ class Window:
             if e:
                 self._cma_error(g, e, call)
             return out
-        ad, s = self._stream()
+        ad, s = self._stream(g.ad)
         pos = 0
         for o, ln in zip(offs.tolist(), lens.tolist()):
             ad.memcpy(dst + pos, addr + o, ln, s)
@@ -591,9 +592,7 @@ class Window:
         if not n:
             return np.empty(0, _U8) if fetch else None
         A = _atomics()
-        if g.atomic and dtype is not None and A.supported(op_name, dtype):
-            if g.sim:
-                _sim_sync()
+        if (g.atomic or g.mode == "device") and dtype is not None and A.supported(op_name, dtype):
             unit = dtype.itemsize
             if plan.kind == "contig":
                 offs = np.arange(plan.lo, plan.lo + n, unit, dtype=np.int64)
@@ -601,7 +600,10 @@ class Window:
                 offs = plan.byte_index(n)[::unit].astype(np.int64) + plan.lo
             vals = np.ascontiguousarray(packed[:n]).view(dtype)
             old = np.empty(len(vals), dtype) if fetch else None
-            A.accumulate(addr, offs, vals, op_name, old)
+            if g.mode == "device":
+                self._device_accumulate(g, addr, offs, vals, op_name, dtype, old)
+            else:
+                A.accumulate(addr, offs, vals, op_name, old)
             return old.view(_U8) if fetch else None
         word = self._acc_lock(g, call)
         try:
@@ -615,11 +617,30 @@ class Window:
             A.store64(word, 0)
         return old
 
+    def _device_accumulate(self, g: Region, addr: int, offs, vals, op_name: str, dtype, old) -> None:
+        """The device kernels on ``g``'s memory: offsets and values staged in device memory."""
+        ad, s = self._stream(g.ad)
+        n = len(vals)
+        tmp = ad.alloc(n * 8 + 2 * n * dtype.itemsize)
+        try:
+            o_dev, v_dev = tmp, tmp + n * 8
+            f_dev = v_dev + n * dtype.itemsize if old is not None else None
+            ad.memcpy(o_dev, offs.ctypes.data, n * 8, s)
+            ad.memcpy(v_dev, vals.ctypes.data, n * dtype.itemsize, s)
+            _atomics().device_accumulate(ad, addr, o_dev, v_dev, n, op_name, dtype, f_dev, s)
+            if old is not None:
+                ad.memcpy(old.ctypes.data, f_dev, n * dtype.itemsize, s)
+            ad.stream_synchronize(s)
+        finally:
+            ad.free(tmp)
+
     def compare_and_swap(self, g: Region, addr: int, dtype, origin: np.ndarray, compare: np.ndarray, call: str):
         A = _atomics()
+        if g.mode == "device":
+            ad, s = self._stream(g.ad)
+            return np.frombuffer(A.device_compare_and_swap(ad, addr, compare.tobytes(), origin.tobytes(), dtype, s),
+                                 _U8).copy()
         if g.atomic and dtype.itemsize in (1, 2, 4, 8):
-            if g.sim:
-                _sim_sync()
             return np.array([A.compare_and_swap(addr, compare.view(dtype)[0], origin.view(dtype)[0], dtype)],
                             dtype).view(_U8)
         plan = plan_for(_byte_type(dtype.itemsize), 1)

@@ -538,7 +538,7 @@ class Win(Handle):
         g = W.regions[r]
         if g.rank == W.me:
             return self.tomemory(), g.unit
-        if g.mode != "direct" or g.sim or not g.size:
+        if g.mode != "direct" or not g.size:
             return buffer._make(None, 0, 0, False, "host", None), g.unit
         return buffer._make(None, g.base, g.size, False, "host", self._st), g.unit
 
@@ -615,7 +615,7 @@ class Win(Handle):
                 return
             _same_size(msg.nbytes, plan.nbytes, call)
             g = ga[0]
-            if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct" and not g.sim:
+            if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct":
                 if plan.nbytes:
                     ctypes.memmove(ga[1] + plan.lo, msg.addr + msg.lo, plan.nbytes)  # one copy, no array made
                 return
@@ -632,7 +632,7 @@ class Win(Handle):
                 return
             _same_size(msg.nbytes, plan.nbytes, call)
             g = ga[0]
-            if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct" and not g.sim:
+            if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct":
                 if plan.nbytes:
                     ctypes.memmove(msg.addr + msg.lo, ga[1] + plan.lo, plan.nbytes)
                 return
@@ -706,7 +706,7 @@ class Win(Handle):
                 W._await_post(r, call)
             plan = plan_for(ttype, 1)
             g, addr = W.target(r, disp, plan, call)
-            if g.atomic and dtype is not None and res.kind == "host" and msg.kind == "host" and not g.sim:
+            if g.atomic and dtype is not None and res.kind == "host" and msg.kind == "host":
                 ct = _CTYPES.get(dtype) if ttype._size == dtype.itemsize else None
                 A = _rma._atomics()
                 if ct is not None and A.supported(op._name, dtype):  # one instruction, no array made
@@ -965,7 +965,7 @@ def _fast_target(st, rank, disp, size, mask):
     g = W.regions[rank]
     off = disp * g.unit
     addr = g.base + off
-    if not g.atomic or g.sim or g.dyn or off < 0 or off + size > g.size or addr & mask:
+    if not g.atomic or g.dyn or off < 0 or off + size > g.size or addr & mask:
         return None
     return addr
 

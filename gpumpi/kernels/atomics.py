@@ -816,7 +816,41 @@ def _d_cas_narrow(win, rel, offs, vals, fetch, want, n, op, nbits, signed):
         t += step
 
 
-_DEVICE_FNS = {"add": _d_add, "max": _d_max, "min": _d_min, "and": _d_and, "or": _d_or, "xor": _d_xor,
+def _d_swap(win, rel, shift, offs, cmp, vals, fetch, n):
+    """MPI_Compare_and_swap of 4/8-byte elements on their unsigned bits: one ``atomicCAS`` each."""
+    t = _cuda.grid(1)
+    step = _cuda.gridsize(1)
+    while t < n:
+        fetch[t] = _cuda.atomic.cas(win, (rel + offs[t]) >> shift, cmp[t], vals[t])
+        t += step
+
+
+def _d_swap_narrow(win, rel, offs, cmp, vals, fetch, n, nbits):
+    """MPI_Compare_and_swap of 1/2-byte elements: a cas loop on the ``uint32`` word holding each (as
+    :func:`_d_cas_narrow`), which writes only when the element's bits equal ``cmp``."""
+    t = _cuda.grid(1)
+    step = _cuda.gridsize(1)
+    mask = (1 << nbits) - 1
+    while t < n:
+        a = rel + offs[t]
+        i = a >> 2
+        sh = (a & 3) * 8
+        c = cmp[t] & mask
+        v = vals[t] & mask
+        cur = win[i]
+        while True:
+            if (cur >> sh) & mask != c:
+                break
+            word = (cur & (0xFFFFFFFF ^ (mask << sh))) | (v << sh)
+            seen = _cuda.atomic.cas(win, i, cur, word)
+            if seen == cur:
+                break
+            cur = seen
+        fetch[t] = (cur >> sh) & mask
+        t += step
+
+
+_DEVICE_FNS = {"swap": _d_swap, "swap_narrow": _d_swap_narrow, "add": _d_add, "max": _d_max, "min": _d_min, "and": _d_and, "or": _d_or, "xor": _d_xor,
                "exch": _d_exch, "load": _d_load, "cas_int": _d_cas_int, "cas_float": _d_cas_float,
                "cas_narrow": _d_cas_narrow}
 _DEV = None  # (numba.cuda, simulator?, {name: kernel})
@@ -954,3 +988,57 @@ def device_accumulate(ad, base: int, offsets_dev: int, values_dev: int, n: int, 
     fet = None if fetch_dev is None else _dev_bytes(cuda, fetch_dev, n * isz).view(dt)
     kernel_accumulate(win8, base - info.base, offs, vals, op, fet, ns)
     ad.stream_synchronize(s)
+
+
+def kernel_compare_and_swap(win8, rel: int, offsets, compare, values, fetch, itemsize: int, stream=0) -> None:
+    """Run the device compare-and-swap kernels: where the ``itemsize``-byte element at byte
+    ``rel + offsets[i]`` of ``win8`` has the bits ``compare[i]``, store ``values[i]``; the old bits
+    into ``fetch``.  ``compare``/``values``/``fetch``: unsigned arrays of ``itemsize`` bytes, or
+    ``uint32`` for 1/2-byte elements; other arrays as :func:`kernel_accumulate` (asynchronous on a GPU)."""
+    if itemsize not in (1, 2, 4, 8):
+        raise ValueError(f"atomics.kernel_compare_and_swap: elements of 1, 2, 4 or 8 bytes ({itemsize})")
+    cuda, sim, kernels = _device()
+    n = len(values)
+    if not n:
+        return
+    blocks, threads = _launch(n, sim)
+    if itemsize < 4:
+        kernels["swap_narrow"][blocks, threads, stream](win8.view(np.uint32), rel, offsets, compare, values, fetch,
+                                                          n, itemsize * 8)
+        return
+    kernels["swap"][blocks, threads, stream](win8.view(_UNSIGNED[itemsize]), rel, _SHIFT[itemsize], offsets,
+                                             compare, values, fetch, n)
+
+
+def device_compare_and_swap(ad, addr: int, compare: bytes, value: bytes, dtype, stream=None) -> bytes:
+    """Device-memory MPI_Compare_and_swap of the one element of ``dtype`` at device address ``addr``
+    (mapped from the target through IPC, or local): its old bytes.  On the simulated adapter the
+    host instruction runs on the mapped memory (atomic between processes)."""
+    dt = np.dtype(dtype)
+    if ad.name == "sim":
+        ad.stream_synchronize(stream)
+        old = compare_and_swap(addr, np.frombuffer(compare, dt)[0], np.frombuffer(value, dt)[0], dt)
+        return np.asarray(old, dt).tobytes()
+    cuda, sim, _ = _device()
+    if sim:
+        raise NotImplementedError("atomics.device_compare_and_swap: device memory but numba.cuda is the simulator "
+                                  "(NUMBA_ENABLE_CUDASIM=1 in a process with a GPU)")
+    info = ad.pointer_info(addr)
+    if info.base is None or info.size is None:
+        raise ValueError(f"atomics.device_compare_and_swap: not device memory ({addr:#x}, {info.kind})")
+    from . import pack
+    from .reduce import _dev_bytes
+
+    s = ad.current_stream() if stream is None else stream
+    ns = pack._stream(cuda, False, s)
+    win8 = _dev_bytes(cuda, info.base, -(-info.size // 8) * 8)
+    u = _UNSIGNED[dt.itemsize] if dt.itemsize >= 4 else np.dtype(np.uint32)
+    bits = _UNSIGNED[dt.itemsize]
+    offs = cuda.to_device(np.zeros(1, _I8), stream=ns)
+    c = cuda.to_device(np.frombuffer(compare, bits).astype(u), stream=ns)
+    v = cuda.to_device(np.frombuffer(value, bits).astype(u), stream=ns)
+    f = cuda.device_array(1, u, stream=ns)
+    kernel_compare_and_swap(win8, addr - info.base, offs, c, v, f, dt.itemsize, ns)
+    out = f.copy_to_host(stream=ns)
+    ad.stream_synchronize(s)
+    return out.astype(bits).tobytes()

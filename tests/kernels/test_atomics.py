@@ -498,3 +498,43 @@ def test_device_accumulate_real_gpu():
         assert not got[:64].any() and not got[64 + win.nbytes:].any()
         if len(idx) == 6:
             same(cp.asnumpy(d_fetch), want_fetch)
+
+
+@pytest.mark.parametrize("t", [np.int8, np.uint16, np.int32, np.uint64, np.float64])
+def test_device_compare_and_swap_kernels(t):
+    """The device compare-and-swap kernels (numba's simulator): equal bits swap, others do not,
+    and neighbouring bytes are left alone."""
+    dt = np.dtype(t)
+    n = 6
+    win = np.zeros(8 + 8 * n, np.uint8)
+    el = win[8:8 + n * dt.itemsize].view(dt)
+    el[:] = np.arange(n).astype(dt)
+    before = win.copy()
+    idx = np.arange(n, dtype=np.int64)
+    bits = A._UNSIGNED[dt.itemsize]
+    wide = bits if dt.itemsize >= 4 else np.dtype(np.uint32)
+    cmp_vals = np.where(idx % 2 == 0, idx, idx + 100).astype(dt)  # even elements match
+    new_vals = (idx + 7).astype(dt)
+    fetch = np.zeros(n, wide)
+    A.kernel_compare_and_swap(win, 8, idx * dt.itemsize, cmp_vals.view(bits).astype(wide),
+                              new_vals.view(bits).astype(wide), fetch, dt.itemsize)
+    expect = np.where(idx % 2 == 0, idx + 7, idx).astype(dt)
+    assert (el == expect).all()
+    assert (fetch.astype(bits).view(dt) == np.arange(n).astype(dt)).all()
+    assert (win[:8] == before[:8]).all() and (win[8 + n * dt.itemsize:] == before[8 + n * dt.itemsize:]).all()
+
+
+def test_device_compare_and_swap_on_simulated_memory():
+    from gpumpi import _device
+
+    ad = _device.sim_adapter()
+    addr = ad.alloc(64)
+    try:
+        v = np.frombuffer(ad.host_view(addr, 64), np.int64)
+        v[:] = 5
+        old = A.device_compare_and_swap(ad, addr + 16, np.int64(5).tobytes(), np.int64(9).tobytes(), np.int64)
+        assert np.frombuffer(old, np.int64)[0] == 5 and v[2] == 9 and v[1] == 5
+        old = A.device_compare_and_swap(ad, addr + 16, np.int64(5).tobytes(), np.int64(1).tobytes(), np.int64)
+        assert np.frombuffer(old, np.int64)[0] == 9 and v[2] == 9
+    finally:
+        ad.free(addr)
