@@ -3,7 +3,7 @@
 
 Theory of operation
 ===================
-For each suite (``p2p``, ``pack``, ``coll``) the script runs, from the repository root,
+For each suite (``p2p``, ``pack``, ``coll``, ``rma``) the script runs, from the repository root,
 
     python -m gpumpi.cli bench SUITE --compare mpi4py --quiet -n NP --json OUT/SUITE.json [--quick]
 
@@ -35,7 +35,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SUITES = ("p2p", "pack", "coll")
+SUITES = ("p2p", "pack", "coll", "rma")
 
 
 def bench_args(suite: str, json_path: str, np: int, quick: bool) -> list[str]:
@@ -137,12 +137,31 @@ def coll_markdown(doc: dict, command: str) -> list[str]:
     return caption(doc, command) + note + markdown_table(header, rows)
 
 
+def rma_markdown(doc: dict, command: str) -> list[str]:
+    a, b = doc["impl"], doc["compare"]
+    header = ["test", "size", f"time {a} (µs)", f"time {b} (µs)", "speedup", f"bw {a} (MB/s)", f"bw {b} (MB/s)"]
+    rows = [
+        [m["rma"], size_words(m["size"]), cell(m["time_us"], ".2f"), cell(m["ref_time_us"], ".2f"),
+         cell(m["speedup"], ".2f"), cell(m["bw_MBps"], ".0f"), cell(m["ref_bw_MBps"], ".0f")]
+        for m in doc["results"]
+    ]  # fmt: skip
+    skipped = [r["skipped"] for r in doc.get("runs", []) if r.get("skipped")]
+    note = [f"window `{doc.get('window', 'allocate')}`; rank 0 origin, rank 1 target, one `Lock(1, LOCK_SHARED)` "
+            "epoch per measurement; time per operation (bw tests: a window of 64 and its `Flush`, over 64; "
+            "fop/cas: with `Flush_local`); MB = 1e6 B; speedup = "
+            f"{b} time / {a} time.", ""]  # fmt: skip
+    if skipped:
+        note += [f"{b} not run: {skipped[0]}.", ""]
+    return caption(doc, command) + note + markdown_table(header, rows)
+
+
 def problems(doc: dict) -> list[str]:
     """Why the results must not go into the README (wrong bytes, extents that differ)."""
     bad = []
     for m in doc["results"]:
         what = size_words(m["size"]) if "size" in m else f"{m.get('test')} {m.get('type')} {m.get('block')} B"
         what = f"{m['coll']} {what}" if "coll" in m else what
+        what = f"{m['rma']} {what}" if "rma" in m else what
         if m.get("wrong") or m.get("ref_wrong"):
             counts = f"{m.get('wrong')} {doc['impl']}, {m.get('ref_wrong')} {doc['compare']}"
             bad.append(f"{doc['suite']} {what}: wrong bytes ({counts})")
@@ -172,6 +191,18 @@ def plots(doc: dict, out_dir: str) -> list[str]:
         series = [(c, f"{c} busbw (GB/s)",
                    [[by[(c, s)]["busbw_GBps"] if (c, s) in by else None for s in x],
                     [by[(c, s)]["ref_busbw_GBps"] if (c, s) in by else None for s in x]]) for c in colls]  # fmt: skip
+    elif suite == "rma":
+        rows = [m for m in doc["results"] if m["size"] > 0 and m["rma"] in ("put_lat", "get_lat", "put_bw", "get_bw",
+                                                                              "acc_bw")]  # fmt: skip
+        x = sorted({m["size"] for m in rows})
+        xlabel = "bytes per operation"
+        by = {(m["rma"], m["size"]): m for m in rows}
+        series = []
+        for tests, key, title in ((("put_lat", "get_lat"), "time_us", "Put/Get + Flush (µs)"),
+                                  (("put_bw", "get_bw", "acc_bw"), "bw_MBps", "bandwidth, window of 64 (MB/s)")):
+            ys = [(t, [by[(t, s)][key] if (t, s) in by else None for s in x],
+                   [by[(t, s)][f"ref_{key}"] if (t, s) in by else None for s in x]) for t in tests]  # fmt: skip
+            series.append((key, title, ys))
     elif suite == "p2p":
         rows = [m for m in doc["results"] if m["size"] > 0]
         panels = [("latency_us", "one-way latency (µs)"), ("bw_GBps", "bandwidth (GB/s)"),
@@ -274,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(json_path, encoding="utf-8") as f:
             doc = json.load(f)
         bad += problems(doc)
-        lines = {"p2p": p2p_markdown, "pack": pack_markdown, "coll": coll_markdown}[suite](doc, shown)
+        lines = {"p2p": p2p_markdown, "pack": pack_markdown, "coll": coll_markdown, "rma": rma_markdown}[suite](doc, shown)
         md_path = os.path.join(args.out, f"{suite}.md")
         pngs = plots(doc, args.out)
         with open(md_path, "w", encoding="utf-8") as f:

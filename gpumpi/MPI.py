@@ -232,7 +232,7 @@ def _commctx_inter(comm: Intercomm):
 
 
 # --- memory ---------------------------------------------------------------------------------------
-_allocs: dict = {}  # id(buffer) -> buffer, from Alloc_mem until Free_mem
+_allocs: dict = {}  # id(buffer) -> (buffer, address, memfd), from Alloc_mem until Free_mem
 
 
 def Alloc_mem(size: int, info=None) -> buffer:
@@ -243,27 +243,37 @@ def Alloc_mem(size: int, info=None) -> buffer:
         raise TypeError(f"Alloc_mem: size must be an integer ({size!r})") from None
     if size < 0:
         raise _error(ERR_ARG, f"Alloc_mem: negative size ({size})")
+    from . import _memfd
+
+    length = max(size, 1)
     try:
-        fd = _os.memfd_create("gpumpi-mem", _os.MFD_CLOEXEC)
+        fd = _memfd.create("gpumpi-mem", length)
         try:
-            _os.ftruncate(fd, max(size, 1))
-            m = _mmap.mmap(fd, max(size, 1), _mmap.MAP_SHARED, _mmap.PROT_READ | _mmap.PROT_WRITE)
-        finally:
+            m = _mmap.mmap(fd, length, _mmap.MAP_SHARED, _mmap.PROT_READ | _mmap.PROT_WRITE)
+        except BaseException:
             _os.close(fd)
+            raise
     except OSError as e:
         raise _error(ERR_NO_MEM, f"Alloc_mem: cannot allocate {size} bytes ({e})") from None
     addr = _ctypes.addressof(_ctypes.c_char.from_buffer(m))
     buf = buffer._make(m, addr, size, False, "host", m)
-    _allocs[id(buf)] = buf
+    # the descriptor stays open until Free_mem: peers map this memory by it (Win.Create)
+    _memfd.register(addr, length, fd)
+    _allocs[id(buf)] = (buf, addr, fd)
     return buf
 
 
 def Free_mem(mem) -> None:
     """Free memory from Alloc_mem (MPI_Free_mem): the buffer is released (address 0); the
     mapping itself goes when nothing refers to its bytes any more (no view is left dangling)."""
-    if _allocs.get(id(mem)) is not mem:
+    ent = _allocs.get(id(mem))
+    if ent is None or ent[0] is not mem:
         raise _error(ERR_ARG, "Free_mem: memory was not allocated by Alloc_mem")
     del _allocs[id(mem)]
+    from . import _memfd
+
+    _memfd.unregister(ent[1])
+    _os.close(ent[2])
     mem.release()
 
 

@@ -35,9 +35,12 @@ The steps, one function each:
   the caller checks the size (``os.fstat``) and maps it.
 
 Each live memfd holds one descriptor in its creator, so ``RLIMIT_NOFILE`` bounds
-how many can be live at once.  ``MPI.Alloc_mem`` and window memory are meant to
-come from here too (DESIGN section 7: buffers in gpumpi shared memory are copied
-straight from the mapping).
+how many can be live at once.  ``MPI.Alloc_mem`` and window memory come from
+here (DESIGN section 7: buffers in gpumpi shared memory are reached straight
+through the mapping).  :func:`register` records such a mapping (address, length,
+descriptor) so that :func:`find` can tell whether given memory is shareable and
+how a peer opens it: ``Win.Create`` on ``Alloc_mem`` memory is then mapped by its
+peers (real atomics) instead of reached by cross-memory attach.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import mmap
 import os
 
 __all__ = ["PAGE", "round_pages", "create", "map_shared", "map_anonymous", "unmap", "create_mapped", "open_peer",
-           "peer_path"]
+           "peer_path", "register", "unregister", "find"]
 
 PAGE = mmap.PAGESIZE
 
@@ -141,3 +144,24 @@ def open_peer(pid: int, fd: int) -> int:
     read access to ``pid``.
     """
     return os.open(peer_path(pid, fd), os.O_RDWR | os.O_CLOEXEC)
+
+
+# --- shareable mappings of this process: address -> (length, fd) ----------------------------------
+_shared: dict[int, tuple[int, int]] = {}
+
+
+def register(addr: int, length: int, fd: int) -> None:
+    """Record that ``[addr, addr + length)`` maps memfd ``fd`` from its offset 0."""
+    _shared[addr] = (length, fd)
+
+
+def unregister(addr: int) -> None:
+    _shared.pop(addr, None)
+
+
+def find(addr: int, nbytes: int):
+    """``(fd, offset, file length)`` of the registered mapping holding ``[addr, addr + nbytes)``, or None."""
+    for base, (length, fd) in _shared.items():
+        if base <= addr and addr + nbytes <= base + length:
+            return fd, addr - base, length
+    return None

@@ -1,14 +1,13 @@
-"""Object families gpumpi does not implement yet, present so mpi4py programs load (L5).
+"""Object families gpumpi does not implement, present so mpi4py programs load (L5).
 
 Theory of operation
 ===================
-``Win`` (RMA, issue 13) and ``File`` (MPI-IO, not planned) exist with mpi4py's
+``File`` (MPI-IO, not planned) exists with mpi4py's
 names: the class, its null handle, its methods and properties.  No non-null object
 of these classes can be made -- every constructor (``Win.Create``, ``File.Open``...)
 raises ``NotImplementedError`` naming the feature and the issue that brings it -- so
 every instance is the null object, and an instance method does what MPI does on a
-null handle: it raises ``MPI.Exception`` with the family's error class (``ERR_WIN``,
-``ERR_FILE``).  ``free()`` of a null object does nothing, as mpi4py's.
+null handle: it raises ``MPI.Exception`` with the family's error class (``ERR_FILE``).  ``free()`` of a null object does nothing, as mpi4py's.
 :func:`null_family` builds such a class from a table of method names.
 """
 

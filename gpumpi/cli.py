@@ -26,6 +26,11 @@ Device buffers (``--buffer sim|cupy``) are gpumpi's: its ranks get
 ``p2p-matrix`` starts one 2-rank gpumpi job per ordered pair of devices
 (``--_pair SRC,DST`` tells the job which) and prints one table of all pairs.
 
+``rma`` (OSU-style one-sided operations, rank 0 the origin and rank 1 the target) takes
+``--ops`` (its tests) and ``--window create|allocate`` (the window flavor; p2p's
+``--window`` is a message count).  pip's MPICH is not CUDA-aware, so with device buffers
+``--compare mpi4py`` launches no mpi4py run: its rows are ``skipped`` with the reason.
+
 ``coll`` (nccl-tests-style collectives) takes ``--ops``, ``--dtype``, ``--op`` and
 ``--root``.  Its third implementation, ``nccl`` (``--impl nccl`` or ``--compare nccl``),
 is launched like gpumpi, on CuPy buffers with one GPU per rank: gpumpi carries NCCL's
@@ -98,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Suite p2p-matrix (nvbandwidth-style): unidirectional device-to-device bandwidth between every "
             "ordered pair of GPUs of the node, cold (first message), warm (median) and as a percentage of a "
             "local device copy. Suite coll (nccl-tests-style): time, algbw and busbw of Allreduce, Bcast, Reduce, "
-            "Allgather, Reduce_scatter_block, Alltoall and Barrier on all ranks. "
+            "Allgather, Reduce_scatter_block, Alltoall and Barrier on all ranks. Suite rma (OSU one-sided, passive target, "
+            "rank 0 origin, rank 1 target): Put/Get + Flush latency, Put/Get/Accumulate bandwidth (window of 64 + Flush), "
+            "Fetch_and_op and Compare_and_swap + Flush_local time per operation. "
             "Results are checked for wrong values. GB = 1e9 B."
         ),
     )
@@ -109,14 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--quick",
         action="store_true",
-        help="reduced sweep (p2p and coll: 8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB; pack: blocks of 1, 8, 64, 1024 B; "
-        "few iterations)",
+        help="reduced sweep (p2p and coll: 8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB; rma: 8 B, 1 KiB, 64 KiB, 1 MiB; "
+        "pack: blocks of 1, 8, 64, 1024 B; few iterations)",
     )
     b.add_argument(
         "--sizes",
         default=None,
         help="MIN:MAX bytes (K/M/G suffixes), or a list such as 8,1K,64K (p2p message sizes, default 0:16M; "
-        "pack block sizes, default 1:1K; coll: one rank's whole array, default 8:16M)",
+        "pack block sizes, default 1:1K; coll: one rank's whole array, default 8:16M; rma: bytes per operation, "
+        "default 8:1M in x4 steps)",
     )
     b.add_argument(
         "--iters",
@@ -125,7 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="timed iterations per size (default: OSU-style, fewer for large messages; pack: 25, median reported)",
     )
     b.add_argument("--skip", type=int, default=None, help="warm-up iterations per size (default: iters/10; pack: 3)")
-    b.add_argument("--window", type=int, default=bench.WINDOW, help=f"messages in flight per bandwidth iteration (default {bench.WINDOW})")
+    b.add_argument(
+        "--window",
+        default=None,
+        help=f"p2p: messages in flight per bandwidth iteration (default {bench.WINDOW}); rma: the window flavor, "
+        "allocate (Win.Allocate, the default) or create (Win.Create on MPI.Alloc_mem memory)",
+    )
     b.add_argument(
         "--distinct-recv",
         action="store_true",
@@ -146,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--ops",
         default=None,
-        help=f"coll: comma-separated collectives to run (default all: {','.join(bench.coll.COLLS)})",
+        help=f"coll: comma-separated collectives to run (default all: {','.join(bench.coll.COLLS)}); "
+        f"rma: tests to run (default all: {','.join(bench.rma.TESTS)})",
     )
     b.add_argument("--dtype", default=None, help=f"coll: element type (default float64; {', '.join(bench.coll.DTYPES)})")
     b.add_argument("--op", default=None, help=f"coll: reduction of allreduce, reduce, reduce_scatter (default sum; {', '.join(bench.coll.OPS)})")
@@ -207,14 +221,11 @@ def _validate(args) -> list[int]:
     min_ranks = suite.min_ranks
     if args.np < min_ranks:
         raise CLIError(f"the {args.suite} suite needs at least {min_ranks} rank{'s' if min_ranks > 1 else ''} (got -n {args.np})")
-    if args.suite != "p2p" and (args.distinct_recv or args.window != bench.WINDOW):
-        raise CLIError(f"--window and --distinct-recv apply to the p2p suite only, not {args.suite}")
+    _validate_window(args)
     if args.iters is not None and args.iters < 1:
         raise CLIError(f"--iters must be >= 1 (got {args.iters})")
     if args.skip is not None and args.skip < 0:
         raise CLIError(f"--skip must be >= 0 (got {args.skip})")
-    if args.window < 1:
-        raise CLIError(f"--window must be >= 1 (got {args.window})")
     if args.pair is not None:
         if not matrix:
             raise CLIError(f"--_pair applies to the p2p-matrix suite only, not {args.suite}")
@@ -239,10 +250,45 @@ def _validate(args) -> list[int]:
     return sizes
 
 
+def _validate_window(args) -> None:
+    """``--window``: p2p's message count (an integer >= 1, default :data:`~gpumpi.bench.WINDOW`), the rma
+    suite's window flavor (default ``allocate``), given to no other suite; ``--distinct-recv``: p2p only."""
+    if args.suite == "rma":
+        if args.distinct_recv:
+            raise CLIError("--distinct-recv applies to the p2p suite only, not rma")
+        args.window = "allocate" if args.window is None else args.window
+        try:
+            bench.rma.check_window_kind(args.window)
+        except bench.BenchError as e:
+            raise CLIError(str(e)) from None
+        return
+    if args.suite != "p2p":
+        if args.distinct_recv or args.window not in (None, str(bench.WINDOW), bench.WINDOW):
+            raise CLIError(f"--window and --distinct-recv apply to the p2p suite only, not {args.suite} "
+                           "(the rma suite's --window is create|allocate)")  # fmt: skip
+        args.window = None
+        return
+    if args.window is None:
+        args.window = bench.WINDOW
+    try:
+        args.window = int(args.window)
+    except ValueError:
+        raise CLIError(f"--window of the p2p suite is a message count (got {args.window!r})") from None
+    if args.window < 1:
+        raise CLIError(f"--window must be >= 1 (got {args.window})")
+
+
 def _validate_coll(args) -> None:
     """The coll suite's options: collectives, type, op, root; and NCCL where it is asked for."""
     coll = args.suite == "coll"
+    if args.suite == "rma" and args.ops is not None:
+        try:
+            bench.rma.parse_rma_ops(args.ops)
+        except bench.BenchError as e:
+            raise CLIError(str(e)) from None
     given = [f"--{name}" for name in ("ops", "dtype", "op", "root") if getattr(args, name) is not None]
+    if args.suite == "rma":
+        given = given[1:] if given[:1] == ["--ops"] else given
     if given and not coll:
         raise CLIError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the coll suite only, not {args.suite}")
     nccl = "nccl" in (args.impl, args.compare)
@@ -346,6 +392,8 @@ def _run_inner(args, sizes: list[int]) -> int:
         return _run_matrix_inner(args, sizes)
     if args.suite == "coll":
         return _run_coll_inner(args, sizes)
+    if args.suite == "rma":
+        return _run_rma_inner(args, sizes)
     MPI = _import_mpi(args.impl, args)
     comm = MPI.COMM_WORLD
     rank, nranks = comm.Get_rank(), comm.Get_size()
@@ -409,6 +457,34 @@ def _run_coll_inner(args, sizes: list[int]) -> int:
     return _emit(args, meta, rows)
 
 
+def _run_rma_inner(args, sizes: list[int]) -> int:
+    MPI = _import_mpi(args.impl, args)
+    comm = MPI.COMM_WORLD
+    rank, nranks = comm.Get_rank(), comm.Get_size()
+    progress = bench.stderr_progress(args.impl) if rank == 0 and not args.quiet else None
+    tests = bench.rma.parse_rma_ops(args.ops)
+    rows = bench.rma.run_rma(
+        MPI, sizes, tests=tests, window=args.window, iters=args.iters, skip=args.skip, quick=args.quick,
+        buffer=args.buffer, comm=comm, progress=progress,
+    )  # fmt: skip
+    if rank != 0:
+        return 0
+    meta = bench.rma.rma_metadata(
+        MPI, args.impl, nranks=nranks, buffer=args.buffer, window=args.window, tests=tests, transport=args.transport,
+        transports_env=_transports_env(args.impl),
+    )  # fmt: skip
+    return _emit(args, meta, rows)
+
+
+def _rma_skipped_document(args, impl: str, sizes: list[int], reason: str) -> dict:
+    """The document of an rma run that ``impl`` cannot make (mpi4py on device windows): every row skipped."""
+    tests = bench.rma.parse_rma_ops(args.ops)
+    rows = bench.rma.skipped_rows(bench.rma.plan_rma(tests, sizes), reason)
+    meta = bench.rma.rma_metadata(None, impl, nranks=args.np, buffer=args.buffer, window=args.window, tests=tests,
+                                  skipped=reason)  # fmt: skip
+    return _document(meta, rows)
+
+
 def _emit(args, meta: dict, rows: list[dict]) -> int:
     if args.inner_json:
         bench.write_json(args.inner_json, _document(meta, rows))
@@ -457,7 +533,9 @@ def inner_argv(args, impl: str, json_path: str, pair: tuple[int, int] | None = N
         buffer = "cupy"
     else:
         buffer = (args.buffer or _default_buffer(args.suite)) if impl == "gpumpi" else "numpy"
-    argv = ["bench", args.suite, "--impl", impl, "--buffer", buffer, "--window", str(args.window)]
+    argv = ["bench", args.suite, "--impl", impl, "--buffer", buffer]
+    if args.window is not None:
+        argv += ["--window", str(args.window)]
     if impl == "gpumpi" and buffer in bench.DEVICE_BUFFER_KINDS and args.transport != "auto":
         argv += ["--transport", args.transport]
     if pair is not None:
@@ -538,7 +616,7 @@ def _run_matrix_outer(args) -> int:
     return 1 if any(r.get("wrong") for r in rows) else 0
 
 
-def _run_outer(args) -> int:
+def _run_outer(args, sizes: list[int] | None = None) -> int:
     if args.suite == "p2p-matrix":
         return _run_matrix_outer(args)
     impls = [args.impl] + ([args.compare] if args.compare else [])
@@ -546,9 +624,14 @@ def _run_outer(args) -> int:
         plans = []
         for i, impl in enumerate(impls):
             path = os.path.join(tmp, f"{i}-{impl}.json")
-            plans.append((impl, path, launch_command(impl, args.np, inner_argv(args, impl, path))))
+            skip = bench.rma.device_skip_reason(impl, args.buffer) if args.suite == "rma" else None
+            cmd = None if skip else launch_command(impl, args.np, inner_argv(args, impl, path))
+            plans.append((impl, path, cmd, skip))
         docs, status = [], 0
-        for impl, path, cmd in plans:
+        for impl, path, cmd, skip in plans:
+            if skip:
+                docs.append(_rma_skipped_document(args, impl, sizes or [], skip))
+                continue
             rc = subprocess.call(cmd, env=_child_env(args, impl))
             if not os.path.exists(path):
                 print(f"gpumpi bench: the {impl} run failed (exit status {rc})", file=sys.stderr)
@@ -578,7 +661,7 @@ def cmd_bench(args) -> int:
     sizes = _validate(args)
     if args.inner or in_job():
         return _run_inner(args, sizes)
-    return _run_outer(args)
+    return _run_outer(args, sizes)
 
 
 # ---------------------------------------------------------------- info

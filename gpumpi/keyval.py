@@ -14,10 +14,9 @@ Python reference to one handle sees the same attributes), ``wrap(obj)`` (a fresh
 reference to that handle, handed to callbacks) and ``nullify(ref)`` (what the
 reference becomes after the callback: the null object, as mpi4py leaves it).
 The class then sets ``cls._attrkind = kind``; :func:`on_dup` and :func:`on_free`
-find the kind through it.  A window family (issue 13) needs only that: build
-``Kind("Win", WIN_FIRST, attrs_of=..., wrap=..., nullify=...)``, forward
-``Win.Create_keyval``/``Free_keyval``/``Set_attr``/``Get_attr``/``Delete_attr`` to
-it, and call ``on_free(win)`` from ``Win.Free`` (windows are never duplicated).
+find the kind through it.  Windows (:mod:`gpumpi.win`) build
+``Kind("Win", WIN_FIRST, ...)``, forward their five calls to it, and call
+``on_free(win)`` from ``Win.Free`` (windows are never duplicated).
 
 The semantics are mpi4py's on MPICH (``attrimpl.pxi``):
 

@@ -1,4 +1,4 @@
-"""Benchmark suites of ``gpumpi bench`` (L6): ``p2p``, ``pack``, ``p2p-matrix`` and ``coll``.
+"""Benchmark suites of ``gpumpi bench`` (L6): ``p2p``, ``pack``, ``p2p-matrix``, ``coll`` and ``rma``.
 
 Theory of operation
 ===================
@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from . import coll, p2p, p2p_matrix, pack
+from . import coll, p2p, p2p_matrix, pack, rma
 from ._common import (
     BUFFER_KINDS,
     DEVICE_BUFFER_KINDS,
@@ -45,21 +45,21 @@ from ._common import check_buffer_kind as _check_buffer_kind
 from .report import metadata, read_json, write_csv, write_json
 
 #: The suites ``gpumpi bench`` knows, by name; :func:`suite_of` tries their ``row_key`` in this order.
-SUITES: dict[str, Suite] = {s.name: s for s in (p2p.SUITE, pack.SUITE, p2p_matrix.SUITE, coll.SUITE)}
+SUITES: dict[str, Suite] = {s.name: s for s in (p2p.SUITE, pack.SUITE, p2p_matrix.SUITE, coll.SUITE, rma.SUITE)}
 
 __all__ = [
     "BUFFER_KINDS", "DEVICE_BUFFER_KINDS", "SUITES", "TRANSPORTS", "WINDOW", "BenchError", "Suite",
     "check_buffer_kind", "check_device_buffers", "check_transport", "coll", "compare_results", "cupy_status",
     "device_count",
     "format_compare_table", "format_progress", "format_table", "metadata", "p2p", "p2p_matrix", "pack",
-    "pair_devices", "read_json", "stderr_progress", "suite_of", "transports_setting", "write_csv", "write_json",
+    "pair_devices", "read_json", "rma", "stderr_progress", "suite_of", "transports_setting", "write_csv", "write_json",
 ]  # fmt: skip
 
 
 def check_buffer_kind(buffer: str, suite: str = "p2p") -> None:
     """Raise :class:`BenchError` unless the suite named ``suite`` can run on ``buffer`` buffers.
 
-    ``p2p`` and ``coll`` take every kind of :data:`BUFFER_KINDS`; ``pack`` only ``numpy``;
+    ``p2p``, ``coll`` and ``rma`` take every kind of :data:`BUFFER_KINDS`; ``pack`` only ``numpy``;
     ``p2p-matrix`` only the device kinds (:data:`DEVICE_BUFFER_KINDS`); a name that is
     no suite only checks the kind.  Whether CuPy and a GPU are there is
     :func:`check_device_buffers`'s question.
@@ -113,7 +113,8 @@ def compare_results(rows: Sequence[dict], ref_rows: Sequence[dict]) -> list[dict
         One dict per measurement present in both, as the suite's ``compare_results``
         makes it (p2p: :func:`~gpumpi.bench.p2p.compare_p2p_results`; pack:
         :func:`~gpumpi.bench.pack.compare_pack_results`; coll:
-        :func:`~gpumpi.bench.coll.compare_coll_results`).
+        :func:`~gpumpi.bench.coll.compare_coll_results`; rma:
+        :func:`~gpumpi.bench.rma.compare_rma_results`).
 
     Raises:
         BenchError: the rows are of a suite without a comparison (p2p-matrix).

@@ -1,0 +1,757 @@
+"""One-sided communication: the window runtime behind ``MPI.Win`` (L5).
+
+Theory of operation
+===================
+A window is memory that every member exposes, plus a small *control block* per
+member, both reachable by every other member of the node without the owner's
+help.  Creation is collective over the communicator: each member describes what
+it exposes, the descriptions are all-gathered, and each member maps or opens the
+others' memory once.  After that every operation is carried out by the origin
+alone, at call time, so a target asleep outside gpumpi delays nothing.
+
+How an origin reaches a target's memory (one :class:`Region` per member):
+
+* ``direct`` -- the memory is addressable here: it is this process's own memory,
+  or a peer's memfd mapped here (``Win.Allocate``, ``Allocate_shared``, and
+  ``Win.Create`` on ``MPI.Alloc_mem`` memory, found through
+  :func:`gpumpi._memfd.find`), or simulated device memory opened by its IPC
+  handle.  Put/Get are NumPy copies through the datatype plans.
+* ``cma`` -- a peer's private memory (``Win.Create`` on a NumPy array or a
+  bytearray, dynamic windows): ``process_vm_writev``/``readv`` by block run.
+* ``cuda`` -- a peer's GPU memory opened by its CUDA IPC handle: device copies on
+  gpumpi's copy stream, synchronized before the call returns.
+
+Accumulates are element-wise atomic.  Where every origin updates the same
+physical memory with the CPU (mapped memory: ``Region.atomic``) and the element
+type has an atomic instruction (:func:`gpumpi.kernels.atomics.supported`), each
+element is updated with one (``atomicrmw``, or a ``cmpxchg`` loop);
+``Fetch_and_op`` and ``Compare_and_swap`` are one instruction each.  Everywhere
+else (private memory by CMA, GPU memory, complex, ``long double`` and pair types)
+an accumulate holds the target's *accumulate lock* for its read-modify-write, and
+every origin takes the same path for that target, so updates never interleave.
+
+The control block (a memfd per member, mapped by all; 64-bit words):
+
+* ``[0]`` the window lock: 0 free; ``EXCL | (holder + 1)`` held exclusively;
+  otherwise the number of shared holders, each of which also sets its flag in
+  ``shared[origin]``;
+* ``[1]`` the accumulate lock, ``holder + 1`` or 0;
+* ``[2]``/``[3]`` the sequence number (odd while changing) and the entry count of
+  the attach table of a dynamic window;
+* ``posted[r]``, ``completed[r]``: how many ``Post``s member ``r`` made to us,
+  and how many ``Complete``s it made to us (each side counts what it consumed);
+* ``shared[r]``; the attach table (address, length pairs).
+
+Locks record their holders, so a waiter sees a dead holder (the engine's failed
+set) and fails with ``ERR_PROC_FAILED`` instead of waiting forever.  Every wait
+progresses the engine (a rank blocked on a lock still serves point-to-point
+traffic) with the engine's backoff.
+
+Synchronization calls are checked by :class:`gpumpi._rmasync.Epochs` before they
+act.  ``Fence`` is a barrier on the window's private communicator (operations
+are complete when issued, so a fence only orders); ``Post``/``Complete`` bump the
+peer's counter, ``Start`` and ``Wait`` wait for them (``Start`` lazily, at the
+first operation to a target or at ``Complete``); ``Flush*`` and ``Sync`` are
+memory barriers (and a device synchronization for device windows).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import _memfd
+from . import _runtime as _rt
+from ._rmasync import Epochs
+from .constants import LOCK_EXCLUSIVE, MODE_NOCHECK
+from .datatypes.plan import plan_for
+from .errors import (ERR_ARG, ERR_OP, ERR_PROC_FAILED, ERR_RMA_ATTACH, ERR_RMA_RANGE, ERR_TYPE, error)
+
+__all__ = ["Window", "Region"]
+
+_U8 = np.dtype(np.uint8)
+EXCL = 1 << 62
+ATTACH_MAX = 256
+_LOCK, _ACC, _SEQ, _NATT, _HDR = 0, 1, 2, 3, 8
+
+
+_ATOMICS: list = []
+
+
+def _atomics():
+    """:mod:`gpumpi.kernels.atomics`, imported on first use (it compiles with numba)."""
+    if _ATOMICS:
+        return _ATOMICS[0]
+    from .kernels import atomics
+
+    _ATOMICS.append(atomics)
+    return atomics
+
+
+def _raw_array(addr: int, nbytes: int) -> np.ndarray:
+    """A writable ``uint8`` array over ``nbytes`` bytes at ``addr`` (empty for none)."""
+    if nbytes <= 0:
+        return np.empty(0, _U8)
+    import ctypes
+
+    return np.frombuffer((ctypes.c_ubyte * nbytes).from_address(addr), _U8)
+
+
+class Region:
+    """One member's exposed memory as this process reaches it (see the module notes)."""
+
+    __slots__ = ("rank", "wrank", "pid", "mode", "base", "size", "unit", "atomic", "sim", "ctl", "dyn")
+
+    def __repr__(self) -> str:
+        return (f"<Region rank={self.rank} {self.mode} base={self.base:#x} size={self.size} unit={self.unit}"
+                f"{' atomic' if self.atomic else ''}>")
+
+
+def _runs(plan, nbytes: int):
+    """``(offsets, lengths)`` int64 arrays of the contiguous byte runs of a plan's first ``nbytes``
+    packed bytes, offsets from the type origin, in packed order."""
+    if plan.kind == "contig":
+        return np.array([plan.lo], np.int64), np.array([nbytes], np.int64)
+    idx = plan.byte_index(nbytes).astype(np.int64)
+    if not len(idx):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    cut = np.flatnonzero(np.diff(idx) != 1) + 1
+    starts = np.concatenate(([0], cut))
+    ends = np.concatenate((cut, [len(idx)]))
+    return idx[starts] + plan.lo, (ends - starts).astype(np.int64)
+
+
+class Window:
+    """The runtime state of one window in this process: regions, control blocks, epochs."""
+
+    def __init__(self, comm, flavor: int) -> None:
+        self.comm = comm  # the window's private communicator (a Dup of the user's)
+        self.flavor = flavor
+        self.size_n = comm._size
+        self.me = comm._rank
+        self.rw = comm._rw
+        self.epochs = Epochs()
+        self.regions: list[Region] = []
+        self.maps: list = []  # (address, length) this process mapped: unmapped at free
+        self.fds: list = []  # our descriptors peers open during creation: closed after it
+        self.on_free: list = []  # callables releasing what the window allocated
+        self.ctl_len = 8 * (_HDR + 3 * self.size_n + 2 * ATTACH_MAX)
+        self.ctl_fd, self.ctl = _memfd.create_mapped("Win", "gpumpi-win-ctl", _memfd.round_pages(self.ctl_len))
+        self.maps.append((self.ctl, _memfd.round_pages(self.ctl_len)))
+        self.fds.append(self.ctl_fd)
+        self.pending_post: set = set()  # Start's targets whose Post we have not seen yet
+        self.consumed_post = [0] * self.size_n
+        self.consumed_complete = [0] * self.size_n
+        self.nocheck_locks: set = set()
+        self.attached: list = []  # dynamic: [(address, length)] attached here
+        self.device_stream = None
+        self.freed = False
+
+    # -- control words -----------------------------------------------------------------------
+    def _posted(self, ctl: int, r: int) -> int:
+        return ctl + 8 * (_HDR + r)
+
+    def _completed(self, ctl: int, r: int) -> int:
+        return ctl + 8 * (_HDR + self.size_n + r)
+
+    def _shared_flag(self, ctl: int, r: int) -> int:
+        return ctl + 8 * (_HDR + 2 * self.size_n + r)
+
+    def _attach_table(self, ctl: int) -> int:
+        return ctl + 8 * (_HDR + 3 * self.size_n)
+
+    # -- creation ----------------------------------------------------------------------------
+    def setup(self, local: tuple, call: str) -> None:
+        """Exchange the members' descriptions and reach every member's memory.
+
+        ``local`` is ``(kind, size, unit, extra)``: kind ``'shm'`` (extra: ``(fd, offset,
+        file length, address)``), ``'shm-shared'`` (extra: ``(address of our mapping of the
+        one shared file, every member's offset in it)``), ``'cma'`` (extra: address), ``'dev'`` (extra: ``(adapter
+        kind, IPC handle, offset, address)``), ``'dyn'`` or ``'none'``."""
+        pid = os.getpid()
+        descs = self.comm.allgather((pid, self.ctl_fd, local))
+        try:
+            for r, (rpid, rctl_fd, (kind, size, unit, extra)) in enumerate(descs):
+                g = Region()
+                g.rank, g.wrank, g.pid = r, self.rw[r], rpid
+                g.size, g.unit = size, unit
+                g.atomic = g.sim = False
+                g.dyn = kind == "dyn"
+                if r == self.me:
+                    g.ctl = self.ctl
+                else:
+                    g.ctl = self._map_peer(rpid, rctl_fd, _memfd.round_pages(self.ctl_len), 0, call)
+                if kind == "none":
+                    g.mode, g.base = "direct", 0
+                elif kind == "shm":
+                    fd, off, flen, addr = extra
+                    g.mode, g.atomic = "direct", True
+                    g.base = addr if r == self.me else self._map_peer(rpid, fd, flen, off, call)
+                elif kind == "shm-shared":  # one file for all: our own mapping of it
+                    g.mode, g.atomic = "direct", True
+                    g.base = local[3][0] + local[3][1][r]
+                elif kind in ("cma", "dyn"):
+                    g.mode = "direct" if r == self.me else "cma"
+                    g.base = extra if kind == "cma" else 0
+                else:  # device memory
+                    adkind, handle, off, addr = extra
+                    from . import _device
+
+                    ad = _device.adapter_for(adkind)
+                    if r == self.me:
+                        base = addr
+                    else:
+                        base = ad.ipc_open(handle) + off
+                        self.on_free.append(lambda ad=ad, b=base - off: ad.ipc_close(b))
+                    g.base = base
+                    if adkind == "sim":  # simulated device memory is host memory, mapped shared
+                        g.mode, g.atomic, g.sim = "direct", True, True
+                    else:
+                        g.mode = "cuda"
+                self.regions.append(g)
+            self.comm.Barrier()  # every peer has opened our descriptors
+        finally:
+            for fd in self.fds:
+                os.close(fd)
+            self.fds = []
+
+    def _map_peer(self, pid: int, fd: int, length: int, off: int, call: str) -> int:
+        try:
+            mine = _memfd.open_peer(pid, fd)
+        except OSError as exc:
+            raise error(ERR_ARG, f"{call}: cannot open a peer's window memory (pid {pid}, fd {fd}: {exc})") from None
+        try:
+            addr = _memfd.map_shared(call, length, mine)
+        finally:
+            os.close(mine)
+        self.maps.append((addr, length))
+        return addr + off
+
+    def close(self) -> None:
+        """Release what creation made (after the freeing barrier)."""
+        if self.freed:
+            return
+        self.freed = True
+        for fn in reversed(self.on_free):
+            try:
+                fn()
+            except Exception:  # pragma: no cover - releasing is best effort once the window is gone
+                pass
+        for addr, length in self.maps:
+            _memfd.unmap(addr, length)
+        self.maps = []
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+    # -- waiting -----------------------------------------------------------------------------
+    def _wait(self, pred, what: str, ranks, call: str) -> None:
+        """Progress the engine until ``pred()``; fail when one of ``ranks()`` (window ranks) died."""
+        eng = _rt.ENGINE
+        if pred():
+            return
+        spins = 0
+        while True:
+            with eng.lock:
+                eng.progress()
+            if pred():
+                return
+            if eng.failed:
+                dead = [r for r in ranks() if self.rw[r] in eng.failed]
+                if dead:
+                    raise error(ERR_PROC_FAILED, f"{call}: {what}: the process holding it failed (rank {dead[0]})")
+            spins += 1
+            if spins > 50:
+                eng.backoff(spins)
+
+    # -- locks -------------------------------------------------------------------------------
+    def lock(self, target: int, lock_type: int, assertion: int, call: str) -> None:
+        self.epochs.lock(target, lock_type, call)
+        if assertion & MODE_NOCHECK:
+            self.nocheck_locks.add(target)
+            return
+        try:
+            self._acquire(target, lock_type == LOCK_EXCLUSIVE, call)
+        except BaseException:
+            self.epochs.unlock(target, call)
+            raise
+
+    def _acquire(self, target: int, exclusive: bool, call: str) -> None:
+        A = _atomics()
+        g = self.regions[target]
+        word = g.ctl + 8 * _LOCK
+        me = self.me
+        if exclusive:
+            want = EXCL | (me + 1)
+            if A.cas64(word, 0, want) == 0:
+                return
+            self._wait(lambda: A.cas64(word, 0, want) == 0, f"exclusive lock on rank {target}",
+                       lambda: self._holders(g), call)
+            return
+        flag = self._shared_flag(g.ctl, me)
+        A.store64(flag, 1)
+
+        def try_shared() -> bool:
+            w = A.load64(word)
+            return not w & EXCL and A.cas64(word, w, w + 1) == w
+
+        try:
+            if not try_shared():
+                self._wait(try_shared, f"shared lock on rank {target}", lambda: self._holders(g), call)
+        except BaseException:
+            A.store64(flag, 0)
+            raise
+
+    def _holders(self, g: Region) -> list:
+        A = _atomics()
+        w = A.load64(g.ctl + 8 * _LOCK)
+        if w & EXCL:
+            return [(w & 0xFFFFFFFF) - 1]
+        return [r for r in range(self.size_n) if r != self.me and A.load64(self._shared_flag(g.ctl, r))]
+
+    def _release(self, target: int, exclusive: bool) -> None:
+        A = _atomics()
+        g = self.regions[target]
+        A.fence()
+        if exclusive:
+            A.store64(g.ctl + 8 * _LOCK, 0)
+        else:
+            A.add64(g.ctl + 8 * _LOCK, -1)
+            A.store64(self._shared_flag(g.ctl, self.me), 0)
+
+    def unlock(self, target: int, call: str) -> None:
+        kind = self.epochs.unlock(target, call)
+        self._sync_device()
+        if target in self.nocheck_locks:
+            self.nocheck_locks.discard(target)
+            _atomics().fence()
+            return
+        self._release(target, kind == LOCK_EXCLUSIVE)
+
+    def lock_all(self, assertion: int, call: str) -> None:
+        self.epochs.lock_all(call)
+        if assertion & MODE_NOCHECK:
+            self.nocheck_locks.add(-1)
+            return
+        done = []
+        try:
+            for t in range(self.size_n):
+                self._acquire(t, False, call)
+                done.append(t)
+        except BaseException:
+            for t in done:
+                self._release(t, False)
+            self.epochs.unlock_all(call)
+            raise
+
+    def unlock_all(self, call: str) -> None:
+        self.epochs.unlock_all(call)
+        self._sync_device()
+        if -1 in self.nocheck_locks:
+            self.nocheck_locks.discard(-1)
+            _atomics().fence()
+            return
+        for t in range(self.size_n):
+            self._release(t, False)
+
+    def _acc_lock(self, g: Region, call: str) -> int:
+        A = _atomics()
+        word = g.ctl + 8 * _ACC
+        me = self.me + 1
+        if A.cas64(word, 0, me) != 0:
+            self._wait(lambda: A.cas64(word, 0, me) == 0, f"accumulate lock of rank {g.rank}",
+                       lambda: [A.load64(word) - 1], call)
+        return word
+
+    # -- active target -----------------------------------------------------------------------
+    def fence(self, assertion: int, call: str) -> None:
+        self.epochs.fence(assertion, call)
+        self._sync_device()
+        _atomics().fence()
+        self.comm.Barrier()
+
+    def post(self, origins, assertion: int, call: str) -> None:
+        self.epochs.post(origins, call)
+        self._sync_device()
+        A = _atomics()
+        A.fence()
+        if not assertion & MODE_NOCHECK:
+            for o in origins:
+                A.add64(self._posted(self.regions[o].ctl, self.me), 1)
+
+    def start(self, targets, assertion: int, call: str) -> None:
+        self.epochs.start(targets, call)
+        self.pending_post = set() if assertion & MODE_NOCHECK else set(targets)
+
+    def _await_post(self, t: int, call: str) -> None:
+        A = _atomics()
+        word = self._posted(self.ctl, t)
+        self._wait(lambda: A.load64(word) > self.consumed_post[t], f"Post from rank {t}", lambda: [t], call)
+        self.consumed_post[t] += 1
+        self.pending_post.discard(t)
+
+    def complete(self, call: str) -> None:
+        targets = self.epochs.start_group if self.epochs.access == "start" else None
+        if targets is not None:
+            for t in sorted(self.pending_post):
+                self._await_post(t, call)
+        targets = self.epochs.complete(call)
+        self._sync_device()
+        A = _atomics()
+        A.fence()
+        for t in targets:
+            A.add64(self._completed(self.regions[t].ctl, self.me), 1)
+
+    def _completions_in(self) -> bool:
+        A = _atomics()
+        return all(A.load64(self._completed(self.ctl, o)) > self.consumed_complete[o]
+                   for o in self.epochs.post_group)
+
+    def wait(self, call: str) -> None:
+        group = self.epochs.check_wait(call)
+        self._wait(self._completions_in, "Complete from the origins",
+                   lambda: [o for o in group if _atomics().load64(self._completed(self.ctl, o))
+                            <= self.consumed_complete[o]], call)
+        self._consume_completions(group)
+
+    def test(self, call: str) -> bool:
+        group = self.epochs.check_wait(call)
+        with _rt.ENGINE.lock:
+            _rt.ENGINE.progress()
+        if not self._completions_in():
+            return False
+        self._consume_completions(group)
+        return True
+
+    def _consume_completions(self, group) -> None:
+        for o in group:
+            self.consumed_complete[o] += 1
+        self.epochs.waited()
+        _atomics().fence()
+
+    # -- passive target completion -------------------------------------------------------------
+    def flush(self, target: int | None, call: str) -> None:
+        self.epochs.flush(target, call)
+        self._sync_device()
+        _atomics().fence()
+
+    def sync(self) -> None:
+        self._sync_device()
+        _atomics().fence()
+
+    def _sync_device(self) -> None:
+        s = self.device_stream
+        if s is not None:
+            s[0].stream_synchronize(s[1])
+
+    def _stream(self):
+        if self.device_stream is None:
+            from . import _device
+
+            ad = _device.adapter_for("device")
+            self.device_stream = (ad, _rt.ENGINE.copy_stream(ad))
+        return self.device_stream
+
+    # -- dynamic windows -----------------------------------------------------------------------
+    def attach(self, addr: int, nbytes: int, call: str) -> None:
+        if len(self.attached) >= ATTACH_MAX:
+            raise error(ERR_RMA_ATTACH, f"{call}: too many regions attached ({ATTACH_MAX})")
+        for a, n in self.attached:
+            if addr < a + n and a < addr + nbytes:
+                raise error(ERR_RMA_ATTACH, f"{call}: memory overlaps a region already attached "
+                                            f"({addr:#x}+{nbytes} and {a:#x}+{n})")
+        self.attached.append((addr, nbytes))
+        self._publish_attached()
+
+    def detach(self, addr: int, call: str) -> None:
+        for i, (a, _n) in enumerate(self.attached):
+            if a == addr:
+                del self.attached[i]
+                self._publish_attached()
+                return
+        raise error(ERR_RMA_ATTACH, f"{call}: memory is not attached to this window ({addr:#x})")
+
+    def _publish_attached(self) -> None:
+        A = _atomics()
+        seq = self.ctl + 8 * _SEQ
+        A.add64(seq, 1)  # odd: changing
+        tab = _raw_array(self._attach_table(self.ctl), 16 * ATTACH_MAX).view(np.int64)
+        for i, (a, n) in enumerate(self.attached):
+            tab[2 * i], tab[2 * i + 1] = a, n
+        A.store64(self.ctl + 8 * _NATT, len(self.attached))
+        A.add64(seq, 1)
+
+    def _attached_of(self, g: Region) -> list:
+        A = _atomics()
+        seq = g.ctl + 8 * _SEQ
+        tab = _raw_array(self._attach_table(g.ctl), 16 * ATTACH_MAX).view(np.int64)
+        while True:
+            s0 = A.load64(seq)
+            if s0 & 1:
+                continue
+            n = A.load64(g.ctl + 8 * _NATT)
+            out = [(int(tab[2 * i]), int(tab[2 * i + 1])) for i in range(n)]
+            A.fence()
+            if A.load64(seq) == s0:
+                return out
+
+    # -- operations: where the target bytes are ------------------------------------------------
+    def target(self, rank: int, disp: int, plan, call: str) -> tuple:
+        """``(region, address of the type origin)`` for an operation touching ``plan``'s bytes at
+        ``disp`` of ``rank``'s window; ``ERR_RMA_RANGE`` outside it."""
+        g = self.regions[rank]
+        if g.dyn:
+            addr = disp
+            lo, hi = addr + plan.lo, addr + plan.hi
+            if plan.nbytes and not any(a <= lo and hi <= a + n for a, n in self._attached_of(g)):
+                raise error(ERR_RMA_RANGE, f"{call}: target bytes [{lo:#x}, {hi:#x}) are not inside memory "
+                                           f"attached to rank {rank}'s window")
+            return g, addr
+        if disp < 0:
+            raise error(ERR_RMA_RANGE, f"{call}: negative target displacement ({disp})")
+        off = disp * g.unit
+        if plan.nbytes and (off + plan.lo < 0 or off + plan.hi > g.size):
+            raise error(ERR_RMA_RANGE, f"{call}: target bytes [{off + plan.lo}, {off + plan.hi}) lie outside "
+                                       f"rank {rank}'s window of {g.size} bytes (disp {disp}, disp_unit {g.unit})")
+        return g, g.base + off
+
+    # -- moving bytes (packed streams are host uint8 arrays) ------------------------------------
+    def write(self, g: Region, addr: int, plan, packed: np.ndarray, call: str) -> None:
+        n = plan.nbytes
+        if not n:
+            return
+        if g.mode == "direct":
+            if g.sim:
+                _sim_sync()
+            plan.unpack_from(packed, _raw_array(addr + plan.lo, plan.hi - plan.lo), plan.lo)
+            return
+        packed = np.ascontiguousarray(packed)
+        src = packed.ctypes.data
+        offs, lens = _runs(plan, n)
+        if g.mode == "cma":
+            from .ipc import cma
+
+            pos = 0
+            for o, ln in zip(offs.tolist(), lens.tolist()):
+                e = cma.write(g.pid, [(src + pos, ln)], 0, addr + o, ln)
+                if e:
+                    self._cma_error(g, e, call)
+                pos += ln
+            return
+        ad, s = self._stream()
+        pos = 0
+        for o, ln in zip(offs.tolist(), lens.tolist()):
+            ad.memcpy(addr + o, src + pos, ln, s)
+            pos += ln
+        ad.stream_synchronize(s)
+
+    def read(self, g: Region, addr: int, plan, call: str) -> np.ndarray:
+        n = plan.nbytes
+        out = np.empty(n, _U8)
+        if not n:
+            return out
+        if g.mode == "direct":
+            if g.sim:
+                _sim_sync()
+            plan.pack_into(_raw_array(addr + plan.lo, plan.hi - plan.lo), plan.lo, out)
+            return out
+        offs, lens = _runs(plan, n)
+        dst = out.ctypes.data
+        if g.mode == "cma":
+            from .ipc import cma
+
+            segs = [(addr + o, ln) for o, ln in zip(offs.tolist(), lens.tolist())]
+            e = cma.read(g.pid, segs, dst, n)
+            if e:
+                self._cma_error(g, e, call)
+            return out
+        ad, s = self._stream()
+        pos = 0
+        for o, ln in zip(offs.tolist(), lens.tolist()):
+            ad.memcpy(dst + pos, addr + o, ln, s)
+            pos += ln
+        ad.stream_synchronize(s)
+        return out
+
+    def _cma_error(self, g: Region, errno: int, call: str) -> None:
+        from .ipc import cma
+
+        if cma.process_gone(g.pid):
+            raise error(ERR_PROC_FAILED, f"{call}: the target process failed (rank {g.rank})")
+        raise error(ERR_RMA_RANGE, f"{call}: cannot reach rank {g.rank}'s window memory by cross-memory attach "
+                                   f"({os.strerror(errno)})")
+
+    # -- accumulate ------------------------------------------------------------------------------
+    def accumulate(self, g: Region, addr: int, plan, red, dtype, packed, op_name: str, fetch: bool, call: str):
+        """``target = origin op target`` element-wise atomically; the old target bytes (packed)
+        when ``fetch``.  ``red`` is the predefined reduction resolved for the target type,
+        ``dtype`` the element type when it has one basic NumPy type (else None)."""
+        n = plan.nbytes
+        if not n:
+            return np.empty(0, _U8) if fetch else None
+        A = _atomics()
+        if g.atomic and dtype is not None and A.supported(op_name, dtype):
+            if g.sim:
+                _sim_sync()
+            unit = dtype.itemsize
+            if plan.kind == "contig":
+                offs = np.arange(plan.lo, plan.lo + n, unit, dtype=np.int64)
+            else:
+                offs = plan.byte_index(n)[::unit].astype(np.int64) + plan.lo
+            vals = np.ascontiguousarray(packed[:n]).view(dtype)
+            old = np.empty(len(vals), dtype) if fetch else None
+            A.accumulate(addr, offs, vals, op_name, old)
+            return old.view(_U8) if fetch else None
+        word = self._acc_lock(g, call)
+        try:
+            cur = self.read(g, addr, plan, call)
+            old = cur.copy() if fetch else None
+            if op_name != "NO_OP":
+                red.host(np.ascontiguousarray(packed[:n]), cur)
+                self.write(g, addr, plan, cur, call)
+        finally:
+            A.fence()
+            A.store64(word, 0)
+        return old
+
+    def compare_and_swap(self, g: Region, addr: int, dtype, origin: np.ndarray, compare: np.ndarray, call: str):
+        A = _atomics()
+        if g.atomic and dtype.itemsize in (1, 2, 4, 8):
+            if g.sim:
+                _sim_sync()
+            return np.array([A.compare_and_swap(addr, compare.view(dtype)[0], origin.view(dtype)[0], dtype)],
+                            dtype).view(_U8)
+        plan = plan_for(_byte_type(dtype.itemsize), 1)
+        word = self._acc_lock(g, call)
+        try:
+            cur = self.read(g, addr, plan, call)
+            if cur.tobytes() == compare.tobytes():
+                self.write(g, addr, plan, origin, call)
+        finally:
+            A.fence()
+            A.store64(word, 0)
+        return cur
+
+
+_BYTES: dict = {}
+
+
+def _byte_type(n: int):
+    """A committed type of ``n`` bytes (cached)."""
+    t = _BYTES.get(n)
+    if t is None:
+        from .datatypes.predefined import BYTE
+
+        t = _BYTES[n] = BYTE.Create_contiguous(n).Commit() if n != 1 else BYTE
+    return t
+
+
+def _sim_sync() -> None:
+    from . import _device
+
+    _device.adapter_for("sim").synchronize()
+
+
+# --- the origin's side of an operation -------------------------------------------------------------
+
+def origin_packed(msg) -> np.ndarray:
+    """The origin message's bytes, packed, as a host ``uint8`` array (no copy for a contiguous
+    host message)."""
+    n = msg.nbytes
+    if not n:
+        return np.empty(0, _U8)
+    kind = msg.kind
+    if kind == "device":
+        from . import _device
+
+        ad = _device.adapter_for("device")
+        span = np.empty(msg.span, _U8)
+        ad.stream_synchronize(ad.current_stream())
+        ad.memcpy(span.ctypes.data, msg.addr + msg.lo, msg.span)
+        ad.synchronize()
+        if msg.contiguous:
+            return span[:n]
+        return _pack(memoryview(span), msg)
+    if kind == "sim":
+        _sim_sync()
+    if msg.contiguous:
+        return np.frombuffer(msg.mem, _U8, n)
+    return _pack(msg.mem, msg)
+
+
+def _pack(mem, msg) -> np.ndarray:
+    out = np.empty(msg.nbytes, _U8)
+    plan_for(msg.datatype, msg.count).pack_into(mem, msg.lo, out)
+    return out
+
+
+def origin_unpack(msg, packed: np.ndarray, nbytes: int) -> None:
+    """Scatter ``nbytes`` packed bytes into the origin (result) message."""
+    if not nbytes:
+        return
+    kind = msg.kind
+    if kind == "device":
+        from . import _device
+
+        ad = _device.adapter_for("device")
+        span = np.empty(msg.span, _U8)
+        if not msg.contiguous:
+            ad.memcpy(span.ctypes.data, msg.addr + msg.lo, msg.span)
+            ad.synchronize()
+            plan_for(msg.datatype, msg.count).unpack_from(packed, memoryview(span), msg.lo, nbytes)
+        else:
+            span[:nbytes] = packed[:nbytes]
+        ad.stream_synchronize(ad.current_stream())
+        ad.memcpy(msg.addr + msg.lo, span.ctypes.data, msg.span if not msg.contiguous else nbytes)
+        ad.synchronize()
+        return
+    if kind == "sim":
+        _sim_sync()
+    if msg.contiguous:
+        np.frombuffer(msg.mem, _U8, nbytes)[:] = packed[:nbytes]
+        return
+    plan_for(msg.datatype, msg.count).unpack_from(packed, msg.mem, msg.lo, nbytes)
+
+
+def check_acc_types(otype, ttype, op, call: str):
+    """Validate an accumulate's operation and types: ``(reducer, element dtype or None)``
+    (cached on the target type's record per operation and origin type)."""
+    key = ("rma", getattr(op, "_h", None), otype._handle)
+    cache = ttype._rec.cache
+    hit = cache.get(key)
+    if hit is not None and not ttype._rec.freed and not otype._rec.freed:
+        return hit
+    hit = cache[key] = _check_acc_types(otype, ttype, op, call)
+    return hit
+
+
+def _check_acc_types(otype, ttype, op, call: str):
+    from .kernels import reduce as K
+    from .op import Op
+
+    if not isinstance(op, Op):
+        raise TypeError(f"{call}: expecting an Op (got {type(op).__name__})")
+    if op._rec is not None:
+        raise error(ERR_OP, f"{call}: only predefined operations may be used in RMA accumulates ({op!r})")
+    if op._h == 0x18000000:
+        raise error(ERR_OP, f"{call}: invalid operation (OP_NULL)")
+    name = op._name
+    ob, tb = otype._basic, ttype._basic
+    if name != "NO_OP" and otype._size and ttype._size and (ob is None or tb is None or
+                                                             K._named_basic(ob) is not K._named_basic(tb)):
+        raise error(ERR_TYPE, f"{call}: origin and target datatypes must be made of the same predefined type "
+                              f"({otype!r}, {ttype!r})")
+    red = K.resolve(name, ttype, call)
+    dtype = red.dtype
+    if dtype is None and tb is not None and name in ("REPLACE", "NO_OP"):
+        try:
+            dtype = K.resolve("SUM", ttype, call).dtype
+        except Exception:
+            try:
+                dtype = K.resolve("BOR", ttype, call).dtype
+            except Exception:
+                dtype = None
+    if dtype is not None and (dtype.kind not in "biuf" or dtype.itemsize not in (1, 2, 4, 8)):
+        dtype = None
+    return red, dtype
