@@ -218,7 +218,8 @@ def _run_cases(MPI, c, flavor, dt, every_mode):
     done = []
     p = 0
     for ci, (kind, op) in enumerate(_cases(dt)):
-        modes = MODES if every_mode else (MODES[ci % len(MODES)],)
+        allowed = PASSIVE if kind.startswith("r") else MODES
+        modes = MODES if every_mode else (allowed[ci % len(allowed)],)
         for mode in modes:
             if kind.startswith("r") and mode not in PASSIVE:
                 continue  # request-based operations are for passive-target epochs only
