@@ -578,7 +578,7 @@ class Window:
     def _cma_error(self, g: Region, errno: int, call: str) -> None:
         from .ipc import cma
 
-        if cma.process_gone(g.pid):
+        if errno == 3 or cma.process_gone(g.pid):  # ESRCH
             raise error(ERR_PROC_FAILED, f"{call}: the target process failed (rank {g.rank})")
         raise error(ERR_RMA_RANGE, f"{call}: cannot reach rank {g.rank}'s window memory by cross-memory attach "
                                    f"({os.strerror(errno)})")
@@ -675,6 +675,20 @@ def _sim_sync() -> None:
 
 
 # --- the origin's side of an operation -------------------------------------------------------------
+
+def check_signatures(a, b, call: str, what: str = "origin") -> None:
+    """``ERR_TYPE`` when two datatypes of one basic type each are made of different basic types
+    (``DOUBLE`` against ``INT64_T``: the same size, another signature); 1-byte types match anything,
+    as in point-to-point, and ``GPUMPI_TYPECHECK=0`` turns the check off."""
+    ab, bb = a._basic, b._basic
+    if ab is None or bb is None or ab is bb or ab._size == 1 or bb._size == 1 or not _rt.ENGINE.typecheck:
+        return
+    from .kernels.reduce import _named_basic
+
+    if _named_basic(ab) is not _named_basic(bb):
+        raise error(ERR_TYPE, f"{call}: {what} and target datatypes are made of different basic types "
+                              f"({ab!r} and {bb!r})")
+
 
 def origin_packed(msg) -> np.ndarray:
     """The origin message's bytes, packed, as a host ``uint8`` array (no copy for a contiguous

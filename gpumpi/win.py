@@ -42,8 +42,8 @@ from .constants import (BOTTOM, KEYVAL_INVALID, LOCK_EXCLUSIVE, LOCK_SHARED, MOD
                         WIN_DISP_UNIT, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
                         WIN_FLAVOR_SHARED, WIN_MODEL, WIN_SIZE, WIN_UNIFIED)
 from .datatypes.plan import plan_for
-from .errors import (ERR_ARG, ERR_ASSERT, ERR_COMM, ERR_COUNT, ERR_DISP, ERR_ERRHANDLER, ERR_GROUP,
-                     ERR_LOCKTYPE, ERR_RANK, ERR_RMA_FLAVOR, ERR_SIZE, ERR_TYPE, ERR_WIN, ERRORS_RETURN,
+from .errors import (ERR_ARG, ERR_ASSERT, ERR_OP, ERR_COMM, ERR_COUNT, ERR_DISP, ERR_ERRHANDLER, ERR_GROUP,
+                     ERR_LOCKTYPE, ERR_RANK, ERR_RMA_FLAVOR, ERR_RMA_SYNC, ERR_SIZE, ERR_TYPE, ERR_WIN, ERRORS_RETURN,
                      Errhandler, error)
 from .errors import Exception as MPIException
 from .group import Group
@@ -610,10 +610,11 @@ class Win(Handle):
         """Put data into a memory window on a remote process (MPI_Put)."""
         call = "Win.Put"
         try:
-            st, r, msg, _t, plan, ga = self._prep(call, origin, target_rank, target, True)
+            st, r, msg, ttype, plan, ga = self._prep(call, origin, target_rank, target, True)
             if r == PROC_NULL:
                 return
             _same_size(msg.nbytes, plan.nbytes, call)
+            _rma.check_signatures(msg.datatype, ttype, call)
             g = ga[0]
             if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct":
                 if plan.nbytes:
@@ -627,10 +628,11 @@ class Win(Handle):
         """Get data from a memory window on a remote process (MPI_Get)."""
         call = "Win.Get"
         try:
-            st, r, msg, _t, plan, ga = self._prep(call, origin, target_rank, target, False)
+            st, r, msg, ttype, plan, ga = self._prep(call, origin, target_rank, target, False)
             if r == PROC_NULL:
                 return
             _same_size(msg.nbytes, plan.nbytes, call)
+            _rma.check_signatures(msg.datatype, ttype, call)
             g = ga[0]
             if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct":
                 if plan.nbytes:
@@ -649,6 +651,8 @@ class Win(Handle):
                 if not isinstance(op, Op):
                     raise TypeError(f"{call}: expecting an Op (got {type(op).__name__})")
                 return
+            if isinstance(op, Op) and op._name == "NO_OP" and op._rec is None:
+                raise error(ERR_OP, f"{call}: MPI_NO_OP is for Get_accumulate and Fetch_and_op only")
             if not plan.nbytes and not msg.nbytes:
                 if not isinstance(op, Op):
                     raise TypeError(f"{call}: expecting an Op (got {type(op).__name__})")
@@ -678,6 +682,7 @@ class Win(Handle):
             else:
                 packed = np.zeros(plan.nbytes, np.uint8)
             _same_size(res.nbytes, plan.nbytes, call, "result")
+            _rma.check_signatures(res.datatype, ttype, call, "result")
             old = st.rt.accumulate(ga[0], ga[1], plan, red, dtype, packed, op._name, True, call)
             _rma.origin_unpack(res, old, plan.nbytes)
         except MPIException as e:
@@ -750,23 +755,37 @@ class Win(Handle):
 
     def Rput(self, origin, target_rank: int, target=None) -> Request:
         """Put, returning a request (MPI_Rput); the data is in place when the call returns."""
+        self._passive(target_rank, "Win.Rput")
         self.Put(origin, target_rank, target)
         return _done_request(self)
 
     def Rget(self, origin, target_rank: int, target=None) -> Request:
         """Get, returning a request (MPI_Rget)."""
+        self._passive(target_rank, "Win.Rget")
         self.Get(origin, target_rank, target)
         return _done_request(self)
 
     def Raccumulate(self, origin, target_rank: int, target=None, op: Op = SUM) -> Request:
         """Accumulate, returning a request (MPI_Raccumulate)."""
+        self._passive(target_rank, "Win.Raccumulate")
         self.Accumulate(origin, target_rank, target, op)
         return _done_request(self)
 
     def Rget_accumulate(self, origin, result, target_rank: int, target=None, op: Op = SUM) -> Request:
         """Get_accumulate, returning a request (MPI_Rget_accumulate)."""
+        self._passive(target_rank, "Win.Rget_accumulate")
         self.Get_accumulate(origin, result, target_rank, target, op)
         return _done_request(self)
+
+    def _passive(self, rank, call: str) -> None:
+        """Request-based operations belong to passive target epochs (MPI-4.1 section 12.3.5)."""
+        st = self._st
+        if st is None or st.freed or rank == PROC_NULL:
+            return  # the operation itself reports a null or freed window
+        a = st.rt.epochs.access
+        if a not in ("lock", "lock_all"):
+            self._raise(error(ERR_RMA_SYNC, f"{call}: request-based operations need a passive target epoch "
+                                            f"(Lock or Lock_all; the access epoch is {st.rt.epochs.describe()})"))
 
     # -- synchronization -----------------------------------------------------------------------
     def Fence(self, assertion: int = 0) -> None:

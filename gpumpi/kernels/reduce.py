@@ -97,9 +97,10 @@ _I4 = np.dtype(np.int32)
 # -- which types each operation takes (MPICH's groups) ------------------------------------------------
 
 _GROUPS = {
+    # MPICH counts the address and count types with the C integers (logical operations take them)
     "cint": "CHAR SIGNED_CHAR UNSIGNED_CHAR SHORT UNSIGNED_SHORT INT UNSIGNED LONG UNSIGNED_LONG LONG_LONG "
-            "UNSIGNED_LONG_LONG INT8_T INT16_T INT32_T INT64_T UINT8_T UINT16_T UINT32_T UINT64_T",
-    "fint": "INTEGER AINT OFFSET COUNT CHARACTER INTEGER1 INTEGER2 INTEGER4 INTEGER8 INTEGER16",
+            "UNSIGNED_LONG_LONG INT8_T INT16_T INT32_T INT64_T UINT8_T UINT16_T UINT32_T UINT64_T AINT OFFSET COUNT",
+    "fint": "INTEGER CHARACTER INTEGER1 INTEGER2 INTEGER4 INTEGER8 INTEGER16",
     "float": "FLOAT DOUBLE REAL DOUBLE_PRECISION LONG_DOUBLE REAL4 REAL8 REAL16 FLOAT16_T REAL2",
     "logical": "LOGICAL C_BOOL CXX_BOOL",
     "complex": "COMPLEX C_FLOAT_COMPLEX C_DOUBLE_COMPLEX C_LONG_DOUBLE_COMPLEX DOUBLE_COMPLEX COMPLEX8 "
@@ -111,7 +112,8 @@ _ARITH = {"cint", "fint", "float"}
 _DEFINED = {
     "MAX": _ARITH, "MIN": _ARITH,
     "SUM": _ARITH | {"complex"}, "PROD": _ARITH | {"complex"},
-    "LAND": _ARITH | {"logical"}, "LOR": _ARITH | {"logical"}, "LXOR": _ARITH | {"logical"},
+    # logical operations: C integers and logicals only (MPI-4.1 section 6.9.2; MPICH refuses the rest)
+    "LAND": {"cint", "logical"}, "LOR": {"cint", "logical"}, "LXOR": {"cint", "logical"},
     "BAND": {"cint", "fint", "byte"}, "BOR": {"cint", "fint", "byte"}, "BXOR": {"cint", "fint", "byte"},
     "MAXLOC": {"pair"}, "MINLOC": {"pair"},
 }

@@ -22,8 +22,8 @@ TYPES = [
     ("UNSIGNED_LONG", "u8", "uint"), ("LONG_LONG", "i8", "int"), ("UNSIGNED_LONG_LONG", "u8", "uint"),
     ("INT8_T", "i1", "int"), ("INT16_T", "i2", "int"), ("INT32_T", "i4", "int"), ("INT64_T", "i8", "int"),
     ("UINT8_T", "u1", "uint"), ("UINT16_T", "u2", "uint"), ("UINT32_T", "u4", "uint"), ("UINT64_T", "u8", "uint"),
-    ("CHAR", "i1", "int"), ("INTEGER", "i4", "int"), ("AINT", "i8", "int"), ("OFFSET", "i8", "int"),
-    ("COUNT", "i8", "int"), ("INTEGER1", "i1", "int"), ("INTEGER8", "i8", "int"),
+    ("CHAR", "i1", "int"), ("INTEGER", "i4", "fint"), ("AINT", "i8", "int"), ("OFFSET", "i8", "int"),
+    ("COUNT", "i8", "int"), ("INTEGER1", "i1", "fint"), ("INTEGER8", "i8", "fint"),
     ("FLOAT", "f4", "float"), ("DOUBLE", "f8", "float"), ("LONG_DOUBLE", "g", "float"), ("REAL", "f4", "float"),
     ("DOUBLE_PRECISION", "f8", "float"), ("REAL8", "f8", "float"), ("FLOAT16_T", "f2", "float"),
     ("C_BOOL", "?", "bool"), ("CXX_BOOL", "?", "bool"), ("LOGICAL", "i4", "logical"),
@@ -31,12 +31,15 @@ TYPES = [
     ("C_LONG_DOUBLE_COMPLEX", "G", "complex"), ("DOUBLE_COMPLEX", "c16", "complex"), ("COMPLEX", "c8", "complex"),
     ("BYTE", "u1", "byte"), ("WCHAR", None, "none"), ("PACKED", None, "none"),
 ]
+# logical operations: C integers and logicals, not Fortran integers nor floating point (MPICH 5
+# refuses LAND on INTEGER, INTEGER8, REAL and DOUBLE with ERR_OP; takes AINT, OFFSET, COUNT)
 VALID = {
-    "MAX": {"int", "uint", "float"}, "MIN": {"int", "uint", "float"},
-    "SUM": {"int", "uint", "float", "complex"}, "PROD": {"int", "uint", "float", "complex"},
-    "LAND": {"int", "uint", "float", "bool", "logical"}, "LOR": {"int", "uint", "float", "bool", "logical"},
-    "LXOR": {"int", "uint", "float", "bool", "logical"},
-    "BAND": {"int", "uint", "byte"}, "BOR": {"int", "uint", "byte"}, "BXOR": {"int", "uint", "byte"},
+    "MAX": {"int", "uint", "fint", "float"}, "MIN": {"int", "uint", "fint", "float"},
+    "SUM": {"int", "uint", "fint", "float", "complex"}, "PROD": {"int", "uint", "fint", "float", "complex"},
+    "LAND": {"int", "uint", "bool", "logical"}, "LOR": {"int", "uint", "bool", "logical"},
+    "LXOR": {"int", "uint", "bool", "logical"},
+    "BAND": {"int", "uint", "fint", "byte"}, "BOR": {"int", "uint", "fint", "byte"},
+    "BXOR": {"int", "uint", "fint", "byte"},
     "MAXLOC": set(), "MINLOC": set(),
 }
 PAIRS = [("FLOAT_INT", "f4"), ("DOUBLE_INT", "f8"), ("LONG_INT", "i8"), ("INT_INT", "i4"), ("SHORT_INT", "i2"),
