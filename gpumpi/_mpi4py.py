@@ -25,6 +25,10 @@ import hook, :class:`_Alias`, hands out that module object under the mpi4py name
 because gpumpi needs the NumPy conversions itself without mpi4py; one implementation,
 which follows mpi4py's rule for rule.
 
+On Python before 3.12, ``mpi4py.util.sync`` gets a ``memoryview`` that takes a window
+(:class:`_WinBuffers`): mpi4py's Cython ``Win`` exports its memory as a buffer, and a
+pure-Python class can do that only from 3.12 on (``Win.__buffer__``).
+
 The compiled ``mpi4py/MPI*.so`` of the real package is never loaded.  Without an
 installed mpi4py, ``mpi4py.MPI`` and a minimal ``rc`` still work and the pure-Python
 modules raise ``ImportError`` naming the missing package.
@@ -128,6 +132,46 @@ class _Alias:
         module.__spec__ = module.__spec__.loader_state
 
 
+def _memoryview(obj, *args):
+    """``memoryview`` that also takes an ``MPI.Win`` (its memory), as mpi4py's Cython Win does."""
+    from .win import Win
+
+    if isinstance(obj, Win):
+        return memoryview(obj.tomemory())
+    return memoryview(obj, *args)
+
+
+class _SyncLoader:
+    """Runs ``mpi4py.util.sync`` (mpi4py's own source), then lets its ``memoryview(window)`` reach
+    the window's memory: a pure-Python class has no buffer protocol before Python 3.12
+    (``Win.__buffer__`` serves 3.12 and later)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.inner.exec_module(module)
+        module.memoryview = _memoryview
+
+
+class _WinBuffers:
+    """Import hook for ``mpi4py.util.sync`` on Python < 3.12 (see :class:`_SyncLoader`)."""
+
+    NAMES = ("mpi4py.util.sync",)
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name not in cls.NAMES or sys.version_info >= (3, 12):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _SyncLoader(spec.loader)
+        return spec
+
+
 def adopt(ns: dict) -> None:
     """Make the shim package ``ns`` the installed mpi4py with gpumpi.MPI as its MPI."""
     ns["__gpumpi__"] = True
@@ -143,6 +187,8 @@ def adopt(ns: dict) -> None:
     real_dir = list(spec.submodule_search_locations)[0]
     if _Alias not in sys.meta_path:
         sys.meta_path.insert(0, _Alias)
+    if _WinBuffers not in sys.meta_path:
+        sys.meta_path.insert(0, _WinBuffers)
     ns["__path__"] = [here, real_dir]
     with open(spec.origin, encoding="utf-8") as f:
         code = compile(f.read(), spec.origin, "exec")
