@@ -41,6 +41,7 @@ from .constants import (BOTTOM, KEYVAL_INVALID, LOCK_EXCLUSIVE, LOCK_SHARED, MOD
                         MODE_NOPUT, MODE_NOSTORE, MODE_NOSUCCEED, PROC_NULL, WIN_BASE, WIN_CREATE_FLAVOR,
                         WIN_DISP_UNIT, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
                         WIN_FLAVOR_SHARED, WIN_MODEL, WIN_SIZE, WIN_UNIFIED)
+from .datatypes._core import Datatype
 from .datatypes.plan import plan_for
 from .errors import (ERR_ARG, ERR_ASSERT, ERR_OP, ERR_COMM, ERR_COUNT, ERR_DISP, ERR_ERRHANDLER, ERR_GROUP,
                      ERR_LOCKTYPE, ERR_RANK, ERR_RMA_FLAVOR, ERR_RMA_SYNC, ERR_SIZE, ERR_TYPE, ERR_WIN, ERRORS_RETURN,
@@ -948,7 +949,8 @@ def _fop_fast(win, origin, result, rank, disp, op) -> bool:
     passive target or fence epoch that already admits the target: one atomic instruction and no
     parsing.  False (nothing done) for anything else: the general path then checks and reports."""
     st = win._st
-    if (st is None or type(origin) is not np.ndarray or type(result) is not np.ndarray or type(rank) is not int
+    origin, result = _one(origin), _one(result)
+    if (st is None or origin is None or result is None or type(rank) is not int
             or type(disp) is not int or not _PEEK or origin.dtype is not result.dtype):
         return False
     e = _FOP_FAST.get((id(origin.dtype), id(op)))
@@ -973,6 +975,32 @@ def _fop_fast(win, origin, result, rank, disp, op) -> bool:
 _CAS_FAST: dict = {}  # id(dtype) -> (compiled compare_and_swap, align mask, size)
 
 
+def _one(spec):
+    """The NumPy array of a fast-path buffer spec: ``a`` or ``[a, T]`` where ``T`` is the
+    predefined type of ``a``'s elements; None for anything else (the general path parses it)."""
+    if type(spec) is np.ndarray:
+        return spec
+    if (type(spec) is list or type(spec) is tuple) and len(spec) == 2:
+        a, t = spec
+        if type(a) is np.ndarray:
+            e = _TYPE_NP.get(id(t))
+            if e is None or e[0] is not t:
+                e = _TYPE_NP[id(t)] = (t, _np_of(t) if isinstance(t, Datatype) and t._basic is t else None)
+            if e[1] is a.dtype and not t._rec.freed:
+                return a
+    return None
+
+
+_TYPE_NP: dict = {}  # id(Datatype) -> (the type, the NumPy dtype of a predefined one, else None)
+
+
+def _np_of(t):
+    try:
+        return np.dtype(t.np)
+    except Exception:
+        return None
+
+
 def _fast_target(st, rank, disp, size, mask):
     """The address of ``size`` bytes at ``disp`` of ``rank``'s mapped window when the epoch admits
     the operation and nothing needs checking or waiting; None otherwise."""
@@ -993,9 +1021,10 @@ def _cas_fast(win, origin, compare, result, rank, disp) -> bool:
     """``Compare_and_swap`` of one native integer between NumPy arrays into a mapped window (as
     :func:`_fop_fast`)."""
     st = win._st
-    if (st is None or type(origin) is not np.ndarray or type(compare) is not np.ndarray
-            or type(result) is not np.ndarray or type(rank) is not int or type(disp) is not int or not _PEEK
-            or origin.dtype is not result.dtype or origin.dtype is not compare.dtype or st.freed):
+    origin, compare, result = _one(origin), _one(compare), _one(result)
+    if (st is None or origin is None or compare is None or result is None or type(rank) is not int
+            or type(disp) is not int or not _PEEK or origin.dtype is not result.dtype
+            or origin.dtype is not compare.dtype or st.freed):
         return False
     dt = origin.dtype
     e = _CAS_FAST.get(id(dt))
