@@ -253,19 +253,17 @@ class Window:
         eng = _rt.ENGINE
         if pred():
             return
-        spins = 0
-        while True:
-            with eng.lock:
-                eng.progress()
+
+        def done() -> bool:
             if pred():
-                return
+                return True
             if eng.failed:
                 dead = [r for r in ranks() if self.rw[r] in eng.failed]
                 if dead:
                     raise error(ERR_PROC_FAILED, f"{call}: {what}: the process holding it failed (rank {dead[0]})")
-            spins += 1
-            if spins > 50:
-                eng.backoff(spins)
+            return False
+
+        eng.wait_until(done)
 
     # -- locks -------------------------------------------------------------------------------
     def lock(self, target: int, lock_type: int, assertion: int, call: str) -> None:

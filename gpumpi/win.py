@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import operator
+import os
 
 import numpy as np
 
@@ -36,7 +37,6 @@ from ._arrays import _FLAGS, _PEEK
 from ._buffers import _asdatatype, _extent_for, _is_integral, message_simple
 from ._handles import Handle, Table
 from ._membuffer import buffer
-from ._progress import GREQ, Xfer
 from .constants import (BOTTOM, KEYVAL_INVALID, LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOCHECK, MODE_NOPRECEDE,
                         MODE_NOPUT, MODE_NOSTORE, MODE_NOSUCCEED, PROC_NULL, WIN_BASE, WIN_CREATE_FLAVOR,
                         WIN_DISP_UNIT, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
@@ -51,7 +51,7 @@ from .group import Group
 from .info import INFO_NULL, Info
 from .keyval import WIN_FIRST, Kind
 from .op import SUM, Op
-from .request import Request
+from .request import Request, done_xfer
 
 __all__ = ["Win", "WIN_NULL"]
 
@@ -130,11 +130,7 @@ def _info_dict(info, call: str):
 
 
 def _done_request(win) -> Request:
-    x = Xfer(GREQ)
-    x.done = True
-    x.st_source = PROC_NULL
-    x.st_tag = -1
-    return Request._of(x)
+    return Request._of(done_xfer())
 
 
 class Win(Handle):
@@ -296,8 +292,6 @@ class Win(Handle):
                 _memfd.unmap(addr, length)
                 raise
             finally:
-                import os
-
                 os.close(fd)
             w._st.rt.maps.append((addr, length))
             return w
@@ -307,8 +301,6 @@ class Win(Handle):
         offs = np.concatenate(([0], np.cumsum(sizes)[:-1])).tolist() if sizes else [0]
         if comm._rank == 0:
             fd, addr = _memfd.create_mapped(call, "gpumpi-win-shared", total)
-            import os
-
             desc = (os.getpid(), fd)
         else:
             fd = addr = None
@@ -320,14 +312,10 @@ class Win(Handle):
                 try:
                     addr = _memfd.map_shared(call, total, mine)
                 finally:
-                    import os
-
                     os.close(mine)
             comm.Barrier()
         finally:
             if fd is not None:
-                import os
-
                 os.close(fd)
         base = addr + offs[comm._rank]
         st.base, st.size = base, n

@@ -542,15 +542,25 @@ def _device():
     from numba import cuda
 
     _cuda = cuda
-    sim = _is_sim()
-    kernels = []
-    for fn in (_d_strided_pack, _d_strided_unpack, _d_gather_pack, _d_gather_unpack):
-        try:
-            kernels.append(cuda.jit(cache=not sim)(fn))
-        except RuntimeError:  # no writable cache location
-            kernels.append(cuda.jit(fn))
-    d = _DEV = (cuda, sim, *kernels)
+    fns = (_d_strided_pack, _d_strided_unpack, _d_gather_pack, _d_gather_unpack)
+    kernels = jit_kernels({fn.__name__: fn for fn in fns})
+    d = _DEV = (cuda, _is_sim(), *kernels.values())
     return d
+
+
+def jit_kernels(fns: dict) -> dict:
+    """``{name: cuda.jit(fn)}`` for the device kernels of a module: cached on disk unless numba's
+    simulator runs them, and uncached where no cache location is writable (pack, reduce, atomics)."""
+    from numba import cuda
+
+    sim = _is_sim()
+    kernels = {}
+    for name, fn in fns.items():
+        try:
+            kernels[name] = cuda.jit(cache=not sim)(fn)
+        except RuntimeError:  # no writable cache location
+            kernels[name] = cuda.jit(fn)
+    return kernels
 
 
 def _is_sim() -> bool:

@@ -433,14 +433,7 @@ def _device():
     from . import pack
 
     _cuda = cuda
-    sim = pack._is_sim()
-    kernels = {}
-    for name, fn in _DEVICE_FNS.items():
-        try:
-            kernels[name] = cuda.jit(cache=not sim)(fn)
-        except RuntimeError:  # no writable cache location
-            kernels[name] = cuda.jit(fn)
-    d = _DEV = (cuda, sim, kernels)
+    d = _DEV = (cuda, pack._is_sim(), pack.jit_kernels(_DEVICE_FNS))
     return d
 
 
