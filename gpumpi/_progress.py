@@ -343,6 +343,15 @@ class Engine:
                 self.progress()
         return x
 
+    def recv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None,
+             sig: int = 0) -> Xfer:
+        """Blocking receive into host memory ``mem`` (``cap`` bytes at ``addr``): the completed
+        operation (``err``, ``st_source``, ``st_tag``, ``st_nbytes``, ``msig``); errors are not raised."""
+        x = self.irecv(mem, cap, source, wpeer, tag, ctx, call, addr, sig)
+        if not x.done:
+            self.wait(x)
+        return x
+
     def deliver(self, x: Xfer, arr: Arrival) -> None:
         """Complete receive ``x`` with an arrival taken by a matched probe."""
         with self.lock:
