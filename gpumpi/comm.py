@@ -33,6 +33,7 @@ from . import _ctxid
 from . import keyval as _keyval
 from .collectives import _calls
 from .collectives import _execute as _coll_exec
+from .collectives import _lean
 from .collectives import _lower
 from ._buffers import _is_integral
 from . import _objects
@@ -1252,12 +1253,29 @@ class Comm(Handle):
         except MPIException as e:
             self._raise(e)
 
+    def _lean_ok(self) -> bool:
+        """Whether a blocking collective may take the lean path (collectives._lean: intra only)."""
+        return _lean.ENABLED and not isinstance(self, Intercomm)
+
     def Barrier(self) -> None:
         """Barrier synchronization (MPI_Barrier)."""
+        if self._lean_ok():
+            try:
+                _lean.barrier(self)
+            except MPIException as e:
+                self._raise(e)
+            return
         return self._coll_block(_calls.barrier, "Barrier")
 
     def Bcast(self, buf, root: int = 0, *, stream=None) -> None:
         """Broadcast data from one process to all others (MPI_Bcast)."""
+        if stream is None and self._lean_ok():
+            try:
+                if _lean.bcast(self, buf, root):
+                    return
+            except MPIException as e:
+                self._raise(e)
+                return
         return self._coll_block(_calls.bcast, "Bcast", buf, root, stream=stream)
 
     def Gather(self, sendbuf, recvbuf, root: int = 0, *, stream=None) -> None:
@@ -1302,6 +1320,13 @@ class Comm(Handle):
 
     def Allreduce(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> None:
         """Reduce to all processes (MPI_Allreduce)."""
+        if stream is None and self._lean_ok():
+            try:
+                if _lean.allreduce(self, sendbuf, recvbuf, op):
+                    return
+            except MPIException as e:
+                self._raise(e)
+                return
         return self._coll_block(_calls.allreduce, "Allreduce", sendbuf, recvbuf, op, stream=stream)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> None:

@@ -1,0 +1,455 @@
+"""Lean blocking collectives (L5): Barrier, and Bcast/Allreduce of small host arrays, in a tight loop.
+
+Theory of operation
+===================
+The executor (``_execute``) prepares a ``Coll``, starts a ``Run`` that posts each round
+through completion callbacks and the engine's ``ready`` list, and takes its temporaries
+from pools: what nonblocking, persistent and device collectives need, and many
+microseconds of Python for an ``Allreduce`` of 8 bytes.  The blocking forms of the three
+calls programs issue most often take this module's path when every argument is of the
+common kind, recognised from the object headers before anything is parsed:
+
+* an intracommunicator (the caller, ``Comm``, checks that);
+* buffers that are C-contiguous host NumPy arrays, bare (datatype inferred as mpi4py
+  does) or ``[array, datatype]`` with a predefined contiguous datatype whose size divides
+  the array's bytes; a writable one where the call writes; ``IN_PLACE`` (or ``None``) as
+  Allreduce's send buffer;
+* Allreduce: a predefined commutative operation defined for the datatype, send and
+  receive buffers of one datatype and count;
+* at most ``MAX_BYTES`` bytes (small messages: every one eager unless a ring is full).
+
+Anything else, and every call while ``ENABLED`` is false, goes to the executor
+unchanged, and the executor does the argument checking and raises its errors: a
+function here returns False before it has taken the call's tag or touched anything.
+
+Same messages as the executor
+-----------------------------
+Ranks on this path and ranks on the executor meet in one call (one rank's buffer may use
+a derived datatype or device memory while the others' do not), so the messages are the
+executor's exactly.  They are by construction: a :class:`_Plan` is compiled from the
+schedule the executor would run (``_calls._schedule`` with the same arguments, so
+``GPUMPI_COLL_ALGORITHM`` applies alike), the tag is ``comm._ctag()`` taken once the
+call is known to run here (where the executor's ``Coll`` takes it), the context is the
+collective one (``ctx + 1``), and a send carries the datatype's signature code, or the
+one the buffer last received (the executor's ``fsig``).  A round posts its sends
+(``Engine.isend``), then its receives (a blocking ``Engine.recv`` when there is one,
+else ``irecv`` each and wait), then waits for the sends still in flight (a full ring:
+the frame points at the buffer) and runs its local steps.  Posting the sends first does
+not change what matches what: messages of a pair match in posting order, and the order
+of a rank's sends to one peer, and of its receives from one peer, is the schedule's.
+
+Receives are posted with the exact byte count and no signature filter and checked as the
+executor checks them: a longer message is ``ERR_TRUNCATE``, a shorter one ``ERR_COUNT``,
+another basic type ``ERR_TYPE`` -- recorded, the schedule goes on, the first is raised at
+the end (the same text as the executor's).  Any other error (a failed peer:
+``ERR_PROC_FAILED``, which ``Engine.recv`` reports instead of waiting for ever) stops the
+run after its round.
+
+Plans and temporaries
+---------------------
+Plans are cached per (collective, rank, size, bytes, root / operation and datatype,
+IN_PLACE).  Byte ranges, "whole buffer" flags and the fusion below are worked out once.
+A plan owns sets of temporaries (typed NumPy arrays for the reductions, their byte views
+and addresses); a call takes one set from the plan's free list and puts it back, so two
+calls running at once (threads, or a collective inside a progress callback) never share
+one.  Reductions call the ufunc of the reducer the executor uses
+(``kernels.reduce.resolve``: same ufunc, same NumPy type, same operand order) on typed
+views; operations without a ufunc (``REPLACE``, ``NO_OP``, ``MINLOC``/``MAXLOC`` pairs)
+call the reducer's host function on bytes.  A ``COPY x -> d`` followed by
+``RED t -> d`` runs as ``d = x op t`` in one pass, as the executor fuses it.  A
+one-element in-place ufunc call, which NumPy runs three times slower than a three-operand
+one, writes a scratch element that is copied back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _runtime as _rt
+from .._arrays import _C_CONTIG, _DT_BY_ID, _WRITEABLE, _nd_addr_flags, lookup_dtype
+from .._p2p import _sig
+from .._progress import SENT
+from ..constants import IN_PLACE
+from ..datatypes._core import Datatype
+from ..datatypes.flatten import sig_name
+from ..errors import ERR_COUNT, ERR_OTHER, ERR_TRUNCATE, ERR_TYPE, error
+from ..errors import Exception as MPIException
+from ..op import Op
+from . import _calls
+from .schedule import COPY, RBUF, RECV, RED, SBUF, SEND, TMP
+
+__all__ = ["ENABLED", "MAX_BYTES", "barrier", "bcast", "allreduce"]
+
+#: False: every call takes the executor (tests mix the two paths across ranks with it)
+ENABLED = True
+#: the largest buffer (bytes) this path takes
+MAX_BYTES = 16384
+
+_ND = np.ndarray
+_U8 = np.uint8
+_NAMED = 1  # COMBINER_NAMED
+_NULL_OP = 0x18000000
+_SOFT = (ERR_TRUNCATE, ERR_COUNT, ERR_TYPE)
+_EMPTY = memoryview(bytearray())
+_RED3 = "red3"  # a local step of compiled plans only: COPY x -> d fused with RED t -> d
+
+_PLANS: dict = {}
+_PLANS_MAX = 512
+
+
+# --- arguments ---------------------------------------------------------------------------------
+
+
+def _host(spec, write: bool):
+    """``(array, datatype, address)`` of a buffer spec this path takes, else None."""
+    if type(spec) is _ND:
+        a = spec
+        dt = _DT_BY_ID.get(id(a.dtype))
+        if dt is None and (a.dtype.isbuiltin != 1 or (dt := _infer(a.dtype)) is None):
+            return None
+    elif type(spec) is list or type(spec) is tuple:
+        if len(spec) != 2:
+            return None
+        a, dt = spec
+        if type(a) is not _ND or not isinstance(dt, Datatype):
+            return None
+    else:
+        return None
+    size = dt._size
+    if dt._combiner != _NAMED or not size or size != dt._extent or not dt._contig or a.nbytes % size:
+        return None
+    addr, fl = _nd_addr_flags(a)
+    if not fl & _C_CONTIG or (write and not fl & _WRITEABLE):
+        return None
+    return a, dt, addr
+
+
+def _infer(dtype):
+    """The datatype ``message_simple`` infers for a builtin NumPy dtype (and now caches), or None."""
+    try:
+        return lookup_dtype(dtype)
+    except Exception:  # noqa: BLE001 - no datatype: the executor raises mpi4py's error
+        return None
+
+
+class _Set:
+    """One call's buffers, by schedule buffer id: byte views ``mv``, typed views ``ta`` (for
+    reductions) and addresses ``ad``; ids from ``TMP`` on are the plan's temporaries."""
+
+    __slots__ = ("mv", "ta", "ad", "sc", "scmv")
+
+    def __init__(self, tmp_units, unit: int, npdt) -> None:
+        self.mv, self.ta, self.ad = [None, None], [None, None], [0, 0]
+        for units in tmp_units:
+            t = np.empty(units, npdt) if npdt is not None else np.empty(units * unit, _U8)
+            self.ta.append(t)
+            self.mv.append(memoryview(t).cast("B"))
+            self.ad.append(_nd_addr_flags(t)[0])
+        self.sc = np.empty(1, npdt) if npdt is not None else None  # the one-element scratch
+        self.scmv = memoryview(self.sc).cast("B") if npdt is not None else None
+
+
+class _Plan:
+    """A schedule compiled for this path: ``rounds`` of ``(sends, recvs, locals)``.
+
+    sends ``(peer, buf, b0, b1, whole)``, recvs ``(peer, buf, b0, b1, whole, exchange)``
+    (byte ranges; ``whole``: the buffer's whole view), locals ``(COPY, sb, s0, s1, db, d0,
+    d1, whole)`` in bytes, ``(RED, sb, s0, s1, db, d0, d1, one)`` and ``(red3, xb, x0, x1,
+    tb, t0, t1, db, d0, d1)`` in elements of ``ta`` (``one``: a single element)."""
+
+    __slots__ = ("rounds", "tmp", "unit", "npdt", "uf", "host", "free", "typed")
+
+    def __init__(self, sched, unit: int, total: int, red=None) -> None:
+        self.tmp, self.unit, self.free = sched.tmp, unit, []
+        uf = None
+        if red is not None and red.dtype is not None and red.host3 is not None:
+            from ..kernels.reduce import _UFUNCS
+
+            uf = _UFUNCS.get(red.name)
+        self.uf = uf
+        self.npdt = red.dtype if uf is not None else None
+        self.host = red.host if red is not None else None
+        # elements of the typed views per schedule unit (ufunc: one; bytes: the unit)
+        per = 1 if uf is not None else unit
+        sizes = {SBUF: total, RBUF: total}
+        for k, units in enumerate(sched.tmp):
+            sizes[TMP + k] = units * unit
+        typed = set()
+        rounds = []
+        for rnd in sched.rounds:
+            sends, recvs, locs = [], [], []
+            speers = {st[1] for st in rnd if st[0] is SEND} if len(rnd) > 1 else ()
+            skip = -1
+            for i, st in enumerate(rnd):
+                t = st[0]
+                if t is SEND or t is RECV:
+                    _, peer, b, lo, hi = st
+                    b0, b1 = lo * unit, hi * unit
+                    whole = b0 == 0 and b1 == sizes[b]
+                    if t is SEND:
+                        sends.append((peer, b, b0, b1, whole))
+                    else:
+                        recvs.append((peer, b, b0, b1, whole, peer in speers))
+                elif i == skip:
+                    continue
+                elif t is COPY:
+                    _, sb, slo, db, dlo, n = st
+                    if not n:
+                        continue
+                    nxt = rnd[i + 1] if i + 1 < len(rnd) else None
+                    if uf is not None and nxt is not None and nxt[0] is RED and _fusable(st, nxt):
+                        _, tb, tlo, _, _, _, _ = nxt
+                        locs.append((_RED3, sb, slo, slo + n, tb, tlo, tlo + n, db, dlo, dlo + n))
+                        typed.update((sb, tb, db))
+                        skip = i + 1
+                        continue
+                    s0, d0, nb = slo * unit, dlo * unit, n * unit
+                    locs.append((COPY, sb, s0, s0 + nb, db, d0, d0 + nb,
+                                 s0 == 0 and d0 == 0 and nb == sizes[sb] == sizes[db]))
+                elif t is RED:
+                    _, sb, slo, db, dlo, n, _ = st
+                    if not n:
+                        continue
+                    locs.append((RED, sb, slo * per, (slo + n) * per, db, dlo * per, (dlo + n) * per,
+                                 uf is not None and n == 1))
+                    typed.update((sb, db))
+            rounds.append((tuple(sends), tuple(recvs), tuple(locs)))
+        self.rounds = tuple(rounds)
+        self.typed = (SBUF in typed, RBUF in typed)
+
+    def take(self) -> _Set:
+        try:
+            return self.free.pop()
+        except IndexError:
+            return _Set(self.tmp, self.unit, self.npdt)
+
+
+def _fusable(cp, red) -> bool:
+    """The executor's ``Run._fused`` conditions (commutative operations only come here)."""
+    _, xb, xlo, db, dlo, n = cp
+    _, tb, tlo, db2, dlo2, n2, _ = red
+    return db2 == db and dlo2 == dlo and n2 == n and tb != db and xb != db
+
+
+def _plan(key, build):
+    p = _PLANS.get(key)
+    if p is None:
+        p = build()
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = p
+    return p
+
+
+def _typed(a, npdt):
+    """A 1-D view of array ``a``'s bytes as ``npdt`` elements."""
+    if a.ndim == 1 and a.dtype is npdt:
+        return a
+    return a.reshape(-1).view(npdt)
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+def _run(p: _Plan, comm, call: str, sig: int, ws: _Set) -> None:
+    """Carry out plan ``p`` on buffers ``ws`` (the module docstring); raises the run's error."""
+    eng = _rt.ENGINE
+    tag = comm._ctag()
+    w = comm._w
+    rank = comm._rank
+    ctx = comm._ctx + 1
+    mv, ta, ad = ws.mv, ws.ta, ws.ad
+    errs = fatal = fs = None
+    isend = eng.isend
+    try:
+        for sends, recvs, locs in p.rounds:
+            late = None
+            for peer, b, b0, b1, whole in sends:
+                x = isend([mv[b] if whole else mv[b][b0:b1]], b1 - b0, w[peer], rank, tag, ctx, 0, call,
+                          (ad[b] + b0,), sig if fs is None else fs.get(b, sig))
+                if x is not SENT:
+                    if not x.done:
+                        late = [x] if late is None else late + [x]
+                    elif x.err and fatal is None:
+                        fatal = (x.err, x.errmsg or f"{call}: failed")
+            if len(recvs) == 1:
+                peer, b, b0, b1, whole, _ = recvs[0]
+                n = b1 - b0
+                x = eng.recv(mv[b] if whole else mv[b][b0:b1], n, peer, w[peer], tag, ctx, call, ad[b] + b0, 0)
+                if x.err or x.st_nbytes != n or (x.msig and (x.msig != sig or fs is not None)):
+                    errs, fatal, fs = _check(x, b, n, peer, call, sig, errs, fatal, fs, eng)
+            elif recvs:
+                xs = [eng.irecv(mv[b] if whole else mv[b][b0:b1], b1 - b0, peer, w[peer], tag, ctx, call,
+                                ad[b] + b0, 0, None, None, exch)
+                      for peer, b, b0, b1, whole, exch in recvs]
+                for x, (peer, b, b0, b1, _, _) in zip(xs, recvs):
+                    if not x.done:
+                        eng.wait(x)
+                    errs, fatal, fs = _check(x, b, b1 - b0, peer, call, sig, errs, fatal, fs, eng)
+            if late is not None:
+                for x in late:
+                    if not x.done:
+                        eng.wait(x)
+                    if x.err and fatal is None:
+                        fatal = (x.err, x.errmsg or f"{call}: failed")
+            if fatal is not None:
+                break
+            for st in locs:
+                try:
+                    _local(p, st, mv, ta, ws)
+                except Exception as e:  # noqa: BLE001 - recorded as the executor records it
+                    code = e.Get_error_class() if isinstance(e, MPIException) else ERR_OTHER
+                    errs = (errs or []) + [(code, f"{call}: {type(e).__name__}: {e}")]
+    finally:
+        mv[0] = mv[1] = ta[0] = ta[1] = None
+        p.free.append(ws)
+    if fatal is not None:
+        raise error(*fatal)
+    if errs:
+        raise error(*errs[0])
+
+
+def _local(p: _Plan, st, mv, ta, ws) -> None:
+    t = st[0]
+    if t is COPY:
+        _, sb, s0, s1, db, d0, d1, whole = st
+        if whole:
+            mv[db][:] = mv[sb]
+        else:
+            mv[db][d0:d1] = mv[sb][s0:s1]
+        return
+    if t is RED:  # dst = src op dst, the executor's reduce_packed(op, dt, n, src, dst)
+        _, sb, s0, s1, db, d0, d1, one = st
+        s, d = ta[sb], ta[db]
+        if s0 or s1 != len(s):
+            s = s[s0:s1]
+        if d0 or d1 != len(d):
+            d = d[d0:d1]
+        if p.uf is None:
+            p.host(s, d)
+        elif one:
+            p.uf(s, d, ws.sc)
+            u = p.unit
+            mv[db][d0 * u:d1 * u] = ws.scmv
+        else:
+            p.uf(s, d, d)
+        return
+    _, xb, x0, x1, tb, t0, t1, db, d0, d1 = st  # red3: d = x op t (the executor's reduce3)
+    x, t_, d = ta[xb], ta[tb], ta[db]
+    if x0 or x1 != len(x):
+        x = x[x0:x1]
+    if t0 or t1 != len(t_):
+        t_ = t_[t0:t1]
+    if d0 or d1 != len(d):
+        d = d[d0:d1]
+    p.uf(x, t_, d)
+
+
+def _check(x, b: int, n: int, peer: int, call: str, sig: int, errs, fatal, fs, eng):
+    """The executor's ``Run._check`` of a completed receive: ``(errs, fatal, fs)`` updated."""
+    if x.err:
+        if x.err in _SOFT:
+            errs = (errs or []) + [(x.err, x.errmsg)]
+        elif fatal is None:
+            fatal = (x.err, x.errmsg or f"{call}: failed")
+        return errs, fatal, fs
+    msig = x.msig
+    if msig:
+        fs = {} if fs is None else fs
+        fs[b] = msig
+    got = x.st_nbytes
+    if got != n:
+        errs = (errs or []) + [(ERR_COUNT, f"{call}: rank {peer} sent {got} bytes, this rank expects {n}")]
+    elif msig and sig and msig != sig and n and eng.typecheck:
+        errs = (errs or []) + [(ERR_TYPE, f"{call}: type signature mismatch (rank {peer} sent {n} bytes of "
+                                          f"{sig_name(msig)}, this rank receives {sig_name(sig)})")]
+    return errs, fatal, fs
+
+
+# --- the calls -----------------------------------------------------------------------------------
+
+
+def barrier(comm) -> bool:
+    """MPI_Barrier on intracommunicator ``comm``; True (this path always takes it)."""
+    comm._check("Barrier")
+    rank, size = comm._rank, comm._size
+    p = _plan(("barrier", rank, size), lambda: _Plan(_calls._schedule("barrier", rank, size, unit=1,
+                                                                      memory="host"), 1, 0))
+    ws = p.take()
+    ws.mv[RBUF] = _EMPTY
+    _run(p, comm, "Barrier", 0, ws)
+    return True
+
+
+def bcast(comm, buf, root) -> bool:
+    """MPI_Bcast of ``buf`` from ``root`` on intracommunicator ``comm``; False: not taken."""
+    rank, size = comm._rank, comm._size
+    if type(root) is not int or not 0 <= root < size:
+        return False
+    h = _host(buf, rank != root)
+    if h is None:
+        return False
+    a, dt, addr = h
+    n = a.nbytes
+    if n > MAX_BYTES:
+        return False
+    comm._check("Bcast")
+    p = _plan(("bcast", rank, size, n, root),
+              lambda: _Plan(_calls._schedule("bcast", rank, size, unit=1, memory="host", root=root, n=n), 1, n))
+    ws = p.take()
+    ws.mv[RBUF] = memoryview(a).cast("B")
+    ws.ad[RBUF] = addr
+    _run(p, comm, "Bcast", _sig(dt), ws)
+    return True
+
+
+def allreduce(comm, sendbuf, recvbuf, op) -> bool:
+    """MPI_Allreduce on intracommunicator ``comm``; False: not taken."""
+    if not isinstance(op, Op) or op._rec is not None or op._h == _NULL_OP or not op._commute:
+        return False
+    r = _host(recvbuf, True)
+    if r is None:
+        return False
+    ra, dt, raddr = r
+    inplace = sendbuf is None or sendbuf is IN_PLACE
+    if not inplace:
+        s = _host(sendbuf, False)
+        if s is None or s[1] is not dt or s[0].nbytes != ra.nbytes:
+            return False
+        sa, _, saddr = s
+    n = ra.nbytes
+    if n > MAX_BYTES:
+        return False
+    rank, size = comm._rank, comm._size
+    key = ("allreduce", rank, size, n, dt._rec, op._h, inplace)
+    p = _PLANS.get(key)
+    if p is None:
+        try:
+            p = _plan(key, lambda: _allreduce_plan(rank, size, n, dt, op, inplace))
+        except Exception:  # noqa: BLE001 - not defined for the type...: the executor raises it
+            return False
+    comm._check("Allreduce")
+    ws = p.take()
+    ws.mv[RBUF] = memoryview(ra).cast("B")
+    ws.ad[RBUF] = raddr
+    npdt = p.npdt
+    ts, tr = p.typed
+    if tr:
+        ws.ta[RBUF] = _typed(ra, npdt) if npdt is not None else ra.reshape(-1).view(_U8)
+    if not inplace:
+        ws.mv[SBUF] = memoryview(sa).cast("B")
+        ws.ad[SBUF] = saddr
+        if ts:
+            ws.ta[SBUF] = _typed(sa, npdt) if npdt is not None else sa.reshape(-1).view(_U8)
+    _run(p, comm, "Allreduce", _sig(dt), ws)
+    return True
+
+
+def _allreduce_plan(rank: int, size: int, n: int, dt, op, inplace: bool) -> _Plan:
+    from ..kernels.reduce import resolve
+
+    red = resolve(op._name, dt, "Allreduce")
+    units = (n // dt._size) * red.per
+    sched = _calls._schedule("allreduce", rank, size, unit=red.unit, memory="host", n=units, commute=True,
+                             inplace=inplace)
+    return _Plan(sched, red.unit, n, red)

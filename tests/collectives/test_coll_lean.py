@@ -1,0 +1,226 @@
+"""The lean path of blocking Barrier/Bcast/Allreduce (collectives._lean) against the executor.
+
+The lean path must send exactly the executor's messages, so that ranks on either path meet
+in one call: the engine calls of a run of collectives are recorded on every rank with the
+lean path on and with it off, and must be the same lists.  Then mixes at 2, 3 and 4 ranks
+(rank 0 on the executor and the rest lean, and the reverse; a rank whose buffer the lean
+path does not take) are checked against NumPy; receive errors (truncation, count, type)
+must be the executor's on the rank at fault while the others complete; a dead peer fails
+the call instead of hanging.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from gpumpi.testing import RanksFailed, run_ranks
+
+pytestmark = pytest.mark.timeout(120)
+
+SIZES = (0, 1, 7, 300)  # elements; 300 float64: more than one unit per rank everywhere
+OPS = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum, "BXOR": np.bitwise_xor}
+TYPES = {"f8": ("SUM", "PROD", "MAX", "MIN"), "i4": ("SUM", "MAX", "BXOR"), "f4": ("SUM", "MIN")}
+
+
+def vals(rank, count, dt, seed=0):
+    g = np.random.default_rng([seed, rank, count])
+    return g.integers(-3, 4, count).astype(dt)
+
+
+def _counting():
+    """Count the runs of the lean path and of the executor on this rank."""
+    from gpumpi.collectives import _execute, _lean
+
+    n = {"lean": 0, "exec": 0}
+    run, start = _lean._run, _execute.Run.start
+
+    def lean_run(*a):
+        n["lean"] += 1
+        return run(*a)
+
+    def exec_start(self):
+        n["exec"] += 1
+        return start(self)
+
+    _lean._run = lean_run
+    _execute.Run.start = exec_start
+    return n
+
+
+def _calls(c, MPI, seed=0):
+    """A run of blocking collectives on ``c``; returns what each produced (to compare with NumPy)."""
+    size, rank = c.size, c.rank
+    out = []
+    c.Barrier()
+    for count in SIZES:
+        for dt, ops in TYPES.items():
+            for root in range(size):
+                buf = vals(root, count, dt, seed) if rank == root else np.full(count, 99, dt)
+                c.Bcast(buf, root)
+                assert np.array_equal(buf, vals(root, count, dt, seed)), (count, dt, root)
+            for name in ops:
+                op = getattr(MPI, name)
+                want = vals(0, count, dt, seed)
+                for p in range(1, size):
+                    want = OPS[name](want, vals(p, count, dt, seed))
+                got = np.full(count, 77, dt)
+                c.Allreduce(vals(rank, count, dt, seed), got, op)
+                assert np.array_equal(got, want), (count, dt, name, got, want)
+                got = vals(rank, count, dt, seed).reshape(1, -1) if count else vals(rank, 0, dt, seed)
+                c.Allreduce(MPI.IN_PLACE, [got, {"f8": MPI.DOUBLE, "i4": MPI.INT, "f4": MPI.FLOAT}[dt]], op)
+                assert np.array_equal(got.ravel(), want), (count, dt, name, "IN_PLACE")
+                out.append(got.ravel().tolist())
+        c.Barrier()
+    return out
+
+
+def _record(lean: bool):
+    """The engine calls of ``_calls`` on this rank: (what, peer, tag, context, bytes, signature)."""
+    from gpumpi import MPI
+    from gpumpi import _runtime as rt
+    from gpumpi.collectives import _lean
+
+    _lean.ENABLED = lean
+    n = _counting()
+    eng = rt.ENGINE
+    log = []
+    isend, irecv = eng.isend, eng.irecv
+
+    def rec_isend(bufs, nbytes, wpeer, src, tag, ctx, mode, call, addrs=None, sig=0):
+        log.append(("send", call, wpeer, src, tag, ctx, nbytes, mode, sig))
+        return isend(bufs, nbytes, wpeer, src, tag, ctx, mode, call, addrs, sig)
+
+    def rec_irecv(mem, cap, source, wpeer, tag, ctx, call, addr=None, sig=0, *rest):
+        log.append(("recv", call, source, wpeer, tag, ctx, cap, sig))
+        return irecv(mem, cap, source, wpeer, tag, ctx, call, addr, sig, *rest)
+
+    eng.isend, eng.irecv = rec_isend, rec_irecv
+    c = MPI.COMM_WORLD
+    out = _calls(c, MPI)
+    eng.isend, eng.irecv = isend, irecv
+    # a run on the executor uses the engine in no other way (the lean path, by its plans)
+    assert (n["lean"] > 0) == lean and (n["exec"] > 0) != lean, n
+    return log, out
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_same_messages_as_the_executor(n):
+    lean = run_ranks(_record, n, args=(True,))
+    general = run_ranks(_record, n, args=(False,))
+    for r in range(n):
+        assert lean[r][1] == general[r][1]
+        assert len(lean[r][0]) == len(general[r][0]) and lean[r][0] == general[r][0], r
+
+
+def _mixed(general_ranks):
+    from gpumpi import MPI
+    from gpumpi.collectives import _lean
+
+    c = MPI.COMM_WORLD
+    _lean.ENABLED = c.rank not in general_ranks
+    n = _counting()
+    _calls(c, MPI, seed=c.size)
+    used = n["lean"] > 0, n["exec"] > 0
+    # a second communicator (its own context and tags), and a rank whose buffers the lean
+    # path does not take (a derived datatype, a strided view) while the others' it does
+    d = c.Dup()
+    _lean.ENABLED = True
+    k = 5
+    want = sum(vals(p, k, "f8", 9) for p in range(c.size))
+    dbl5 = MPI.DOUBLE.Create_contiguous(k).Commit()
+    got = np.zeros(k)
+    if c.rank == 0:
+        d.Allreduce([vals(0, k, "f8", 9), 1, dbl5], [got, 1, dbl5], MPI.SUM)
+    else:
+        d.Allreduce(vals(c.rank, k, "f8", 9), got, MPI.SUM)
+    assert np.array_equal(got, want)
+    wide = np.zeros(2 * k)
+    buf = wide[::2] if c.rank == c.size - 1 else np.zeros(k)
+    if c.rank == 0:
+        buf[:] = want
+    d.Bcast(buf, 0)
+    assert np.array_equal(buf, want)
+    d.Barrier()
+    dbl5.Free()
+    d.Free()
+    return used, c.rank not in general_ranks
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("who", ["rank0_general", "rank0_lean"])
+def test_lean_and_executor_ranks_meet_in_one_call(n, who):
+    general = {0} if who == "rank0_general" else set(range(1, n))
+    for used, lean in run_ranks(_mixed, n, args=(general,)):
+        assert used == (lean, not lean)
+
+
+def _receive_errors(lean0):
+    """Rank 1's buffer disagrees with the others'; only rank 1 fails, with the executor's text."""
+    from gpumpi import MPI
+    from gpumpi.collectives import _lean
+
+    c = MPI.COMM_WORLD
+    _lean.ENABLED = lean0 if c.rank == 0 else True
+    got = []
+    for what, mine in (("short", np.zeros(3)), ("long", np.zeros(5)), ("type", np.zeros(4, "i8"))):
+        buf = mine if c.rank == 1 else np.arange(4.0)
+        try:
+            c.Bcast(buf, 0)
+            got.append(None)
+        except MPI.Exception as e:
+            got.append((what, e.Get_error_class(), str(e)))
+        r = mine if c.rank == 1 else np.zeros(4)
+        s = np.ones(len(mine), mine.dtype) if c.rank == 1 else np.ones(4)
+        try:
+            c.Allreduce(s, r, MPI.SUM)
+            got.append(None)
+        except MPI.Exception as e:
+            got.append((what, e.Get_error_class(), str(e)))
+        c.Barrier()
+    return got
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_receive_errors_are_the_executors(n):
+    from gpumpi import MPI
+
+    per_mode = []
+    for lean in (True, False):
+        res = run_ranks(_receive_errors, n, args=(lean,))
+        per_mode.append(res)
+    for r in range(n):
+        assert per_mode[0][r] == per_mode[1][r]
+    bad = per_mode[0][1]  # Bcast, Allreduce of each case on rank 1
+    assert [b[1] for b in bad] == [MPI.ERR_TRUNCATE] * 2 + [MPI.ERR_COUNT] * 2 + [MPI.ERR_TYPE] * 2, bad
+    for r in range(n):
+        if r != 1:  # the root and other ranks complete their Bcast
+            assert per_mode[0][r][0::2] == [None] * 3, per_mode[0][r]
+
+
+def _peer_dies(path):
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    c.Barrier()
+    if c.rank == 1:
+        os._exit(3)
+    res = []
+    for f in (c.Barrier, lambda: c.Allreduce(np.ones(1), np.zeros(1), MPI.SUM),
+              lambda: c.Bcast(np.zeros(1), 1)):
+        try:
+            f()
+            res.append("completed")
+        except MPI.Exception as e:
+            res.append(str(e.Get_error_class()))
+    with open(path, "w") as fh:
+        fh.write(" ".join(res))
+
+
+def test_dead_peer_fails_the_call(tmp_path):
+    from gpumpi import MPI
+
+    path = tmp_path / "rank0"
+    with pytest.raises(RanksFailed):
+        run_ranks(_peer_dies, 2, timeout=30, args=(str(path),))
+    assert path.read_text().split() == [str(MPI.ERR_PROC_FAILED)] * 3
