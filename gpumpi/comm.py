@@ -1253,13 +1253,9 @@ class Comm(Handle):
         except MPIException as e:
             self._raise(e)
 
-    def _lean_ok(self) -> bool:
-        """Whether a blocking collective may take the lean path (collectives._lean: intra only)."""
-        return _lean.ENABLED and not isinstance(self, Intercomm)
-
     def Barrier(self) -> None:
         """Barrier synchronization (MPI_Barrier)."""
-        if self._lean_ok():
+        if _lean.ENABLED and not isinstance(self, Intercomm):  # small calls in a tight loop (collectives._lean)
             try:
                 _lean.barrier(self)
             except MPIException as e:
@@ -1269,7 +1265,7 @@ class Comm(Handle):
 
     def Bcast(self, buf, root: int = 0, *, stream=None) -> None:
         """Broadcast data from one process to all others (MPI_Bcast)."""
-        if stream is None and self._lean_ok():
+        if stream is None and _lean.ENABLED and not isinstance(self, Intercomm):
             try:
                 if _lean.bcast(self, buf, root):
                     return
@@ -1320,7 +1316,7 @@ class Comm(Handle):
 
     def Allreduce(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> None:
         """Reduce to all processes (MPI_Allreduce)."""
-        if stream is None and self._lean_ok():
+        if stream is None and _lean.ENABLED and not isinstance(self, Intercomm):
             try:
                 if _lean.allreduce(self, sendbuf, recvbuf, op):
                     return

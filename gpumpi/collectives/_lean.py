@@ -66,7 +66,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _runtime as _rt
-from .._arrays import _C_CONTIG, _DT_BY_ID, _WRITEABLE, _nd_addr_flags, lookup_dtype
+from .._arrays import _C_CONTIG, _DATA, _DT_BY_ID, _FLAGS, _PEEK, _WRITEABLE, _nd_addr_flags, lookup_dtype
 from .._p2p import _sig
 from .._progress import SENT
 from ..constants import IN_PLACE
@@ -105,23 +105,38 @@ def _host(spec, write: bool):
     if type(spec) is _ND:
         a = spec
         dt = _DT_BY_ID.get(id(a.dtype))
-        if dt is None and (a.dtype.isbuiltin != 1 or (dt := _infer(a.dtype)) is None):
+        if dt is None and (a.dtype.isbuiltin != 1 or (dt := _infer(a.dtype)) is None or not _ok(dt)):
             return None
     elif type(spec) is list or type(spec) is tuple:
         if len(spec) != 2:
             return None
         a, dt = spec
-        if type(a) is not _ND or not isinstance(dt, Datatype):
+        if type(a) is not _ND or not isinstance(dt, Datatype) or (dt._rec not in _OK and not _ok(dt)):
+            return None
+        if a.nbytes % dt._size:
             return None
     else:
         return None
-    size = dt._size
-    if dt._combiner != _NAMED or not size or size != dt._extent or not dt._contig or a.nbytes % size:
-        return None
-    addr, fl = _nd_addr_flags(a)
+    if _PEEK:
+        i = id(a) >> 3
+        addr, fl = _DATA[i], _FLAGS[i]
+    else:
+        addr, fl = _nd_addr_flags(a)
     if not fl & _C_CONTIG or (write and not fl & _WRITEABLE):
         return None
     return a, dt, addr
+
+
+_OK: set = set()  # handle records of the datatypes this path takes (predefined: they live for ever)
+
+
+def _ok(dt) -> bool:
+    """A predefined contiguous datatype (remembered in ``_OK``)."""
+    size = dt._size
+    if dt._combiner != _NAMED or not size or size != dt._extent or not dt._contig or dt._rec.freed:
+        return False
+    _OK.add(dt._rec)
+    return True
 
 
 def _infer(dtype):
@@ -157,10 +172,10 @@ class _Plan:
     d1, whole)`` in bytes, ``(RED, sb, s0, s1, db, d0, d1, one)`` and ``(red3, xb, x0, x1,
     tb, t0, t1, db, d0, d1)`` in elements of ``ta`` (``one``: a single element)."""
 
-    __slots__ = ("rounds", "tmp", "unit", "npdt", "uf", "host", "free", "typed")
+    __slots__ = ("rounds", "tmp", "unit", "sig", "npdt", "uf", "host", "free", "typed_s", "typed_r")
 
-    def __init__(self, sched, unit: int, total: int, red=None) -> None:
-        self.tmp, self.unit, self.free = sched.tmp, unit, []
+    def __init__(self, sched, unit: int, total: int, sig: int, red=None) -> None:
+        self.tmp, self.unit, self.sig, self.free = sched.tmp, unit, sig, []
         uf = None
         if red is not None and red.dtype is not None and red.host3 is not None:
             from ..kernels.reduce import _UFUNCS
@@ -215,7 +230,7 @@ class _Plan:
                     typed.update((sb, db))
             rounds.append((tuple(sends), tuple(recvs), tuple(locs)))
         self.rounds = tuple(rounds)
-        self.typed = (SBUF in typed, RBUF in typed)
+        self.typed_s, self.typed_r = SBUF in typed, RBUF in typed
 
     def take(self) -> _Set:
         try:
@@ -231,29 +246,27 @@ def _fusable(cp, red) -> bool:
     return db2 == db and dlo2 == dlo and n2 == n and tb != db and xb != db
 
 
-def _plan(key, build):
-    p = _PLANS.get(key)
-    if p is None:
-        p = build()
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.clear()
-        _PLANS[key] = p
+def _keep(key, p: _Plan) -> _Plan:
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.clear()
+    _PLANS[key] = p
     return p
 
 
 def _typed(a, npdt):
-    """A 1-D view of array ``a``'s bytes as ``npdt`` elements."""
+    """A 1-D view of array ``a``'s bytes as ``npdt`` elements (None: bytes)."""
     if a.ndim == 1 and a.dtype is npdt:
         return a
-    return a.reshape(-1).view(npdt)
+    return a.reshape(-1).view(_U8 if npdt is None else npdt)
 
 
 # --- the run -------------------------------------------------------------------------------------
 
 
-def _run(p: _Plan, comm, call: str, sig: int, ws: _Set) -> None:
+def _run(p: _Plan, comm, call: str, ws: _Set) -> None:
     """Carry out plan ``p`` on buffers ``ws`` (the module docstring); raises the run's error."""
     eng = _rt.ENGINE
+    sig = p.sig
     tag = comm._ctag()
     w = comm._w
     rank = comm._rank
@@ -373,11 +386,13 @@ def barrier(comm) -> bool:
     """MPI_Barrier on intracommunicator ``comm``; True (this path always takes it)."""
     comm._check("Barrier")
     rank, size = comm._rank, comm._size
-    p = _plan(("barrier", rank, size), lambda: _Plan(_calls._schedule("barrier", rank, size, unit=1,
-                                                                      memory="host"), 1, 0))
+    key = ("barrier", rank, size)
+    p = _PLANS.get(key)
+    if p is None:
+        p = _keep(key, _Plan(_calls._schedule("barrier", rank, size, unit=1, memory="host"), 1, 0, 0))
     ws = p.take()
     ws.mv[RBUF] = _EMPTY
-    _run(p, comm, "Barrier", 0, ws)
+    _run(p, comm, "Barrier", ws)
     return True
 
 
@@ -394,18 +409,21 @@ def bcast(comm, buf, root) -> bool:
     if n > MAX_BYTES:
         return False
     comm._check("Bcast")
-    p = _plan(("bcast", rank, size, n, root),
-              lambda: _Plan(_calls._schedule("bcast", rank, size, unit=1, memory="host", root=root, n=n), 1, n))
+    key = ("bcast", rank, size, n, root, dt._rec)
+    p = _PLANS.get(key)
+    if p is None:
+        p = _keep(key, _Plan(_calls._schedule("bcast", rank, size, unit=1, memory="host", root=root, n=n), 1, n,
+                             _sig(dt)))
     ws = p.take()
     ws.mv[RBUF] = memoryview(a).cast("B")
     ws.ad[RBUF] = addr
-    _run(p, comm, "Bcast", _sig(dt), ws)
+    _run(p, comm, "Bcast", ws)
     return True
 
 
 def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     """MPI_Allreduce on intracommunicator ``comm``; False: not taken."""
-    if not isinstance(op, Op) or op._rec is not None or op._h == _NULL_OP or not op._commute:
+    if type(op) is not Op and not isinstance(op, Op):
         return False
     r = _host(recvbuf, True)
     if r is None:
@@ -418,30 +436,29 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
             return False
         sa, _, saddr = s
     n = ra.nbytes
-    if n > MAX_BYTES:
-        return False
     rank, size = comm._rank, comm._size
+    # a plan exists only for a predefined operation's handle, which no other operation has
     key = ("allreduce", rank, size, n, dt._rec, op._h, inplace)
     p = _PLANS.get(key)
     if p is None:
+        if n > MAX_BYTES or op._rec is not None or op._h == _NULL_OP or not op._commute:
+            return False
         try:
-            p = _plan(key, lambda: _allreduce_plan(rank, size, n, dt, op, inplace))
+            p = _keep(key, _allreduce_plan(rank, size, n, dt, op, inplace))
         except Exception:  # noqa: BLE001 - not defined for the type...: the executor raises it
             return False
     comm._check("Allreduce")
     ws = p.take()
     ws.mv[RBUF] = memoryview(ra).cast("B")
     ws.ad[RBUF] = raddr
-    npdt = p.npdt
-    ts, tr = p.typed
-    if tr:
-        ws.ta[RBUF] = _typed(ra, npdt) if npdt is not None else ra.reshape(-1).view(_U8)
+    if p.typed_r:
+        ws.ta[RBUF] = _typed(ra, p.npdt)
     if not inplace:
         ws.mv[SBUF] = memoryview(sa).cast("B")
         ws.ad[SBUF] = saddr
-        if ts:
-            ws.ta[SBUF] = _typed(sa, npdt) if npdt is not None else sa.reshape(-1).view(_U8)
-    _run(p, comm, "Allreduce", _sig(dt), ws)
+        if p.typed_s:
+            ws.ta[SBUF] = _typed(sa, p.npdt)
+    _run(p, comm, "Allreduce", ws)
     return True
 
 
@@ -452,4 +469,4 @@ def _allreduce_plan(rank: int, size: int, n: int, dt, op, inplace: bool) -> _Pla
     units = (n // dt._size) * red.per
     sched = _calls._schedule("allreduce", rank, size, unit=red.unit, memory="host", n=units, commute=True,
                              inplace=inplace)
-    return _Plan(sched, red.unit, n, red)
+    return _Plan(sched, red.unit, n, _sig(dt), red)

@@ -224,3 +224,40 @@ def test_dead_peer_fails_the_call(tmp_path):
     with pytest.raises(RanksFailed):
         run_ranks(_peer_dies, 2, timeout=30, args=(str(path),))
     assert path.read_text().split() == [str(MPI.ERR_PROC_FAILED)] * 3
+
+
+def _pairs_and_logicals():
+    """Reductions without a ufunc of their own (MINLOC/MAXLOC on contiguous pair types: the
+    reducer's bytes path) and logical operations on bool, on the lean path, against NumPy."""
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    n = _counting()
+    size, rank = c.size, c.rank
+    for count in (1, 5):
+        vals_ = [np.random.default_rng([p, count]).integers(-2, 3, count) for p in range(size)]
+        allv = np.array(vals_)  # (rank, element)
+        for name, pick in (("MINLOC", np.argmin), ("MAXLOC", np.argmax)):
+            idx = pick(allv, axis=0)  # the lowest rank among equal values
+            for dt, mpit in ((np.int32, MPI.INT_INT), (np.float32, MPI.FLOAT_INT)):
+                send = np.zeros(count, [("v", dt), ("i", np.int32)])
+                send["v"], send["i"] = vals_[rank], rank
+                got = np.zeros_like(send)
+                c.Allreduce([send, mpit], [got, mpit], getattr(MPI, name))
+                assert np.array_equal(got["v"], allv[idx, np.arange(count)]), (name, dt)
+                assert np.array_equal(got["i"], idx), (name, dt, got, idx)
+        flags = [v > 0 for v in vals_]
+        for name, f in (("LAND", np.logical_and), ("LOR", np.logical_or), ("LXOR", np.logical_xor)):
+            want = flags[0]
+            for p in range(1, size):
+                want = f(want, flags[p])
+            got = np.zeros(count, bool)
+            c.Allreduce(flags[rank], got, getattr(MPI, name))
+            assert np.array_equal(got, want), name
+    return n["lean"], n["exec"]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_pair_types_and_logical_operations(n):
+    for lean, executor in run_ranks(_pairs_and_logicals, n):
+        assert lean == 2 * 2 * 2 + 2 * 3 and executor == 0
