@@ -92,6 +92,7 @@ _NULL_OP = 0x18000000
 _SOFT = (ERR_TRUNCATE, ERR_COUNT, ERR_TYPE)
 _EMPTY = memoryview(bytearray())
 _RED3 = "red3"  # a local step of compiled plans only: COPY x -> d fused with RED t -> d
+_XRED = "xred"  # a schedule step of _elide_copy's rewrite only
 
 _PLANS: dict = {}
 _PLANS_MAX = 512
@@ -191,7 +192,7 @@ class _Plan:
             sizes[TMP + k] = units * unit
         typed = set()
         rounds = []
-        for rnd in sched.rounds:
+        for rnd in (_elide_copy(list(sched.rounds), total // unit) if uf is not None and total else sched.rounds):
             sends, recvs, locs = [], [], []
             speers = {st[1] for st in rnd if st[0] is SEND} if len(rnd) > 1 else ()
             skip = -1
@@ -221,6 +222,10 @@ class _Plan:
                     s0, d0, nb = slo * unit, dlo * unit, n * unit
                     locs.append((COPY, sb, s0, s0 + nb, db, d0, d0 + nb,
                                  s0 == 0 and d0 == 0 and nb == sizes[sb] == sizes[db]))
+                elif t is _XRED:
+                    _, ab, alo, bb, blo, db, dlo, n = st
+                    locs.append((_RED3, ab, alo, alo + n, bb, blo, blo + n, db, dlo, dlo + n))
+                    typed.update((ab, bb, db))
                 elif t is RED:
                     _, sb, slo, db, dlo, n, _ = st
                     if not n:
@@ -237,6 +242,22 @@ class _Plan:
             return self.free.pop()
         except IndexError:
             return _Set(self.tmp, self.unit, self.npdt)
+
+
+def _elide_copy(rounds: list, n: int) -> list:
+    """Recursive doubling's opening, ``COPY SBUF -> RBUF`` alone in a round and then ``SEND
+    RBUF, RECV t, RED t -> RBUF``, without the copy: the send reads SBUF (the same bytes)
+    and the reduction writes ``RBUF = t op SBUF`` (the executor's operand order) in one pass
+    (a schedule-level ``_XRED`` step, ``(_XRED, a, alo, b, blo, d, dlo, n)``: ``d = a op b``)."""
+    for k in range(len(rounds) - 1):
+        if rounds[k] != ((COPY, SBUF, 0, RBUF, 0, n),) or len(rounds[k + 1]) != 3:
+            continue
+        snd, rcv, red = rounds[k + 1]
+        if (snd[0] is SEND and snd[2:] == (RBUF, 0, n) and rcv[0] is RECV and rcv[2] >= TMP
+                and rcv[3:] == (0, n) and red[0] is RED and red[1:6] == (rcv[2], 0, RBUF, 0, n)):
+            one = ((SEND, snd[1], SBUF, 0, n), rcv, (_XRED, rcv[2], 0, SBUF, 0, RBUF, 0, n))
+            return rounds[:k] + [one] + rounds[k + 2:]
+    return rounds
 
 
 def _fusable(cp, red) -> bool:
