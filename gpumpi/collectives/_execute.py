@@ -22,7 +22,9 @@ is a :class:`Run`:
 
 So a schedule progresses inside any gpumpi call that progresses the engine (a ``Test``,
 a send, a wait of anything): a nonblocking collective overlaps computation.  Blocking
-calls start a run and wait for its joint operation; nonblocking calls wrap it in a
+calls start a run and wait for its joint operation (blocking Barrier, and Bcast/Allreduce
+of small host arrays, take ``collectives._lean`` instead: the same schedule and messages
+in a tight loop); nonblocking calls wrap it in a
 :class:`~gpumpi.request.Request`; persistent (``*_init``) calls keep the :class:`Coll` and
 start a new run on each ``Start``.  Runs of one communicator use the collective context
 (``ctx + 1``) with a tag per call taken in call order, which all ranks share; messages of

@@ -69,12 +69,12 @@ from .. import _runtime as _rt
 from .._arrays import _C_CONTIG, _DATA, _DT_BY_ID, _FLAGS, _PEEK, _WRITEABLE, _nd_addr_flags, lookup_dtype
 from .._p2p import _sig
 from .._progress import SENT
-from ..constants import IN_PLACE
+from ..constants import COMBINER_NAMED, IN_PLACE
 from ..datatypes._core import Datatype
 from ..datatypes.flatten import sig_name
 from ..errors import ERR_COUNT, ERR_OTHER, ERR_TRUNCATE, ERR_TYPE, error
 from ..errors import Exception as MPIException
-from ..op import Op
+from ..op import _NULL_H, Op
 from . import _calls
 from .schedule import COPY, RBUF, RECV, RED, SBUF, SEND, TMP
 
@@ -87,8 +87,6 @@ MAX_BYTES = 16384
 
 _ND = np.ndarray
 _U8 = np.uint8
-_NAMED = 1  # COMBINER_NAMED
-_NULL_OP = 0x18000000
 _SOFT = (ERR_TRUNCATE, ERR_COUNT, ERR_TYPE)
 _EMPTY = memoryview(bytearray())
 _RED3 = "red3"  # a local step of compiled plans only: COPY x -> d fused with RED t -> d
@@ -134,7 +132,7 @@ _OK: set = set()  # handle records of the datatypes this path takes (predefined:
 def _ok(dt) -> bool:
     """A predefined contiguous datatype (remembered in ``_OK``)."""
     size = dt._size
-    if dt._combiner != _NAMED or not size or size != dt._extent or not dt._contig or dt._rec.freed:
+    if dt._combiner != COMBINER_NAMED or not size or size != dt._extent or not dt._contig or dt._rec.freed:
         return False
     _OK.add(dt._rec)
     return True
@@ -462,7 +460,7 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     key = ("allreduce", rank, size, n, dt._rec, op._h, inplace)
     p = _PLANS.get(key)
     if p is None:
-        if n > MAX_BYTES or op._rec is not None or op._h == _NULL_OP or not op._commute:
+        if n > MAX_BYTES or op._rec is not None or op._h == _NULL_H or not op._commute:
             return False
         try:
             p = _keep(key, _allreduce_plan(rank, size, n, dt, op, inplace))
