@@ -101,18 +101,18 @@ _PLANS_MAX = 512
 
 def _host(spec, write: bool):
     """``(array, datatype, address)`` of a buffer spec this path takes, else None."""
-    if type(spec) is _ND:
+    t = type(spec)
+    if t is _ND:
         a = spec
         dt = _DT_BY_ID.get(id(a.dtype))
         if dt is None and (a.dtype.isbuiltin != 1 or (dt := _infer(a.dtype)) is None or not _ok(dt)):
             return None
-    elif type(spec) is list or type(spec) is tuple:
+    elif t is list or t is tuple:
         if len(spec) != 2:
             return None
         a, dt = spec
-        if type(a) is not _ND or not isinstance(dt, Datatype) or (dt._rec not in _OK and not _ok(dt)):
-            return None
-        if a.nbytes % dt._size:
+        if (type(a) is not _ND or (type(dt) is not Datatype and not isinstance(dt, Datatype))
+                or (dt._rec not in _OK and not _ok(dt)) or a.nbytes % dt._size):
             return None
     else:
         return None
@@ -342,6 +342,7 @@ def _run(p: _Plan, comm, call: str, ws: _Set) -> None:
 
 
 def _local(p: _Plan, st, mv, ta, ws) -> None:
+    """Run one compiled local step (``_Plan``) on the call's buffers."""
     t = st[0]
     if t is COPY:
         _, sb, s0, s1, db, d0, d1, whole = st
@@ -470,13 +471,14 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     ws = p.take()
     ws.mv[RBUF] = memoryview(ra).cast("B")
     ws.ad[RBUF] = raddr
+    npdt = p.npdt
     if p.typed_r:
-        ws.ta[RBUF] = _typed(ra, p.npdt)
+        ws.ta[RBUF] = ra if ra.ndim == 1 and ra.dtype is npdt else _typed(ra, npdt)
     if not inplace:
         ws.mv[SBUF] = memoryview(sa).cast("B")
         ws.ad[SBUF] = saddr
         if p.typed_s:
-            ws.ta[SBUF] = _typed(sa, p.npdt)
+            ws.ta[SBUF] = sa if sa.ndim == 1 and sa.dtype is npdt else _typed(sa, npdt)
     _run(p, comm, "Allreduce", ws)
     return True
 
