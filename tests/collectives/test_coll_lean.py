@@ -261,3 +261,55 @@ def _pairs_and_logicals():
 def test_pair_types_and_logical_operations(n):
     for lean, executor in run_ranks(_pairs_and_logicals, n):
         assert lean == 2 * 2 * 2 + 2 * 3 and executor == 0
+
+
+def _argument_errors(lean):
+    """Calls the executor refuses: the lean path leaves them to it, so the error is its own
+    (class, type and text), and no tag is taken (the next collective lines up)."""
+    from gpumpi import MPI
+    from gpumpi.collectives import _lean
+
+    _lean.ENABLED = lean
+    c = MPI.COMM_WORLD
+    ro = np.zeros(2)
+    ro.flags.writeable = False
+    d = c.Dup()
+    d2 = MPI.Intracomm(d)
+    d.Free()
+    bad = [
+        lambda: c.Bcast(np.zeros(2), c.size),
+        lambda: c.Bcast(np.zeros(2), -1),
+        lambda: c.Bcast(ro, (c.rank + 1) % c.size) if c.size > 1 else c.Bcast(ro, 1),
+        lambda: c.Allreduce(np.zeros(2), np.zeros(3), MPI.SUM),
+        lambda: c.Allreduce([np.zeros(2), MPI.INT], [np.zeros(2), MPI.DOUBLE], MPI.SUM),
+        lambda: c.Allreduce(np.zeros(2), ro, MPI.SUM),
+        lambda: c.Allreduce(np.zeros(2), np.zeros(2), MPI.OP_NULL),
+        lambda: c.Allreduce(np.zeros(2), np.zeros(2), np.add),
+        lambda: c.Allreduce(np.zeros(2), np.zeros(2), MPI.BAND),
+        lambda: c.Allreduce([np.zeros(3, np.uint8), MPI.DOUBLE], np.zeros(3, np.uint8), MPI.SUM),
+        lambda: d2.Barrier(),
+        lambda: d2.Bcast(np.zeros(2), 0),
+        lambda: d2.Allreduce(np.zeros(2), np.zeros(2), MPI.SUM),
+        lambda: MPI.COMM_NULL.Barrier(),
+        lambda: MPI.COMM_NULL.Allreduce(np.zeros(2), np.zeros(2), MPI.SUM),
+    ]
+    got = []
+    for f in bad:
+        try:
+            f()
+            got.append(None)
+        except Exception as e:  # noqa: BLE001
+            cls = e.Get_error_class() if isinstance(e, MPI.Exception) else None
+            got.append((type(e).__name__, cls, str(e)))
+        r = np.zeros(1)
+        c.Allreduce(np.array([c.rank + 1.0]), r, MPI.SUM)  # still lined up
+        assert r[0] == c.size * (c.size + 1) / 2
+    return got
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_argument_errors_are_the_executors(n):
+    lean = run_ranks(_argument_errors, n, args=(True,))
+    general = run_ranks(_argument_errors, n, args=(False,))
+    assert lean == general
+    assert all(g is not None for g in lean[0]), lean[0]
