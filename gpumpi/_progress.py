@@ -42,6 +42,7 @@ is always seen first.
 
 from __future__ import annotations
 
+import _thread
 import os
 import threading
 import time
@@ -63,6 +64,12 @@ from .ipc.jobseg import FINALIZED, FINALIZING, QUIESCENT
 
 _sched_yield = os.sched_yield
 _sleep = time.sleep
+_threads = _thread._count  # threads started from Python besides the main one (0: this is the only one)
+
+#: compiled fast path (gpumpi.ipc.fastring): spin rounds of a blocking receive's first wait,
+#: and of each later one (between them the wait backs off as ``Engine.wait`` does)
+_SPIN_FIRST, _SPIN_NEXT = 4096, 64
+_EMPTY, _GOT = 0, 1  # fastring's results
 
 SEND, RECV, GREQ = 0, 1, 2
 
@@ -122,6 +129,19 @@ class Arrival:
         self.sig = sig
 
 
+class _Got:
+    """A receive the compiled fast path completed (what :meth:`Engine.recv` callers read of an Xfer)."""
+
+    __slots__ = ("st_source", "st_tag", "st_nbytes", "msig")
+    done = True
+    err = SUCCESS
+    errmsg = None
+    cancelled = False
+
+    def __init__(self, source: int, tag: int, nbytes: int, msig: int) -> None:
+        self.st_source, self.st_tag, self.st_nbytes, self.msig = source, tag, nbytes, msig
+
+
 class Engine:
     """Per-process progress engine (see module docstring)."""
 
@@ -162,6 +182,12 @@ class Engine:
         self.fin_state = 0  # the state word this rank published (jobseg), once finalizing
         self.copy_streams: dict = {}  # adapter name -> gpumpi's copy stream (IPC copies, staging)
         self.stream_mode = cfg.stream_mode
+        # the compiled small-message path (send_fast, recv_fast): compiled after ``fast_after``
+        # more eligible calls (-1: never)
+        self.fast_after = cfg.fastpath
+        self.fsend = self.frecv = self.fwait = None
+        self.ftab = self.fout = self.fring = None
+        self.fsize = 0
         self._handlers = {
             P.EAGER: self._on_envelope, P.RTS: self._on_envelope, P.DATA: self._on_data, P.WRT: self._on_wrt,
             P.WDONE: self._on_wdone, P.ACK: self._on_ack, P.CTS: self._on_cts, P.CANCEL: self._on_cancel,
@@ -227,6 +253,10 @@ class Engine:
             tr = self.tr
             # the hot path: P.send_plan(...) == "eager", decided inline
             if nbytes <= self.eager_limit and mode != P.SYNCHRONOUS:
+                fs = self.fsend
+                if fs is not None and addrs is not None and len(addrs) == 1 and tr.backlog[wpeer] is None and \
+                        fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addrs[0], nbytes):
+                    return SENT
                 payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
                 if tr.try_send(wpeer, P.EAGER, 0, src, ctx, tag, wire, 0, payload):
                     return SENT
@@ -343,10 +373,115 @@ class Engine:
                 self.progress()
         return x
 
+    # --- the compiled small-message path -----------------------------------------------------
+    def _fast_tick(self) -> bool:
+        """Count one call the fast path could serve; True once it is compiled and ready."""
+        n = self.fast_after
+        if n < 0:
+            return False
+        if n > 0:
+            self.fast_after = n - 1
+            return False
+        self.fast_after = -1
+        with self.lock:
+            self._fast_start()
+        return self.frecv is not None
+
+    def _fast_start(self) -> None:
+        """Compile (or load from the cache) :mod:`gpumpi.ipc.fastring` and describe the rings to it;
+        where it cannot run (no numba, another frame transport) the fast path stays off."""
+        tr = self.tr
+        if self.frecv is not None or not hasattr(tr, "ring_addresses"):
+            return
+        try:
+            from .ipc import fastring
+
+            send, recv, wait = fastring.kernels()
+        except Exception:  # noqa: BLE001 -- numba missing or unable to compile here: the general path serves
+            return
+        import numpy as np
+
+        out, inc = tr.ring_addresses()
+        seg = self.seg
+        tab = [tr.out[0].size, address_of(seg.q) + 24 if seg is not None else 0, len(tr.peers_in)]
+        for p in tr.peers_in:
+            tab += [inc[p], p]
+        self.ftab = np.array(tab, dtype=np.int64)
+        self.fout = np.zeros(4, dtype=np.int64)
+        self.fring = out
+        self.fsize = tr.out[0].size
+        self.fsend, self.fwait, self.frecv = send, wait, recv
+
+    def send_fast(self, wpeer: int, src: int, ctx: int, tag: int, addr: int, nbytes: int, sig: int) -> bool:
+        """A standard send of ``nbytes`` contiguous host bytes at ``addr``, written into the ring to
+        ``wpeer`` now by one compiled call: True, sent (complete); False, nothing was done (too
+        large, frames queued ahead, no room, a failed peer, not compiled yet): the caller posts
+        it through :meth:`isend`."""
+        fs = self.fsend
+        if fs is None and not self._fast_tick():
+            return False
+        fs = self.fsend
+        if nbytes > self.eager_limit or self.tr.backlog[wpeer] is not None or (self.failed and wpeer in self.failed):
+            return False
+        if _threads():
+            with self.lock:
+                return self.tr.backlog[wpeer] is None and fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addr,
+                                                              nbytes) == 1
+        return fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addr, nbytes) == 1
+
+    def _fast_clear(self, ctx: int) -> bool:
+        """Whether a new blocking receive on ``ctx`` is served by the next matching frame alone:
+        no receive posted or message waiting on ``ctx`` (they come first in MPI order), and no
+        duty for a progress pass (queued frames, pushes, collective rounds, failed peers)."""
+        if self.tr.nbacklog or self.pushing or self.ready or self.failed:
+            return False
+        q = self.matcher._ctx.get(ctx)
+        return q is None or not (q.posted or q.unexpected)
+
+    def recv_fast(self, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int) -> bool:
+        """Blocking receive of an eager message into ``cap`` bytes at ``addr`` by the compiled path,
+        which spins on the rings with the GIL released: True, received (``fout``: source, tag,
+        bytes, signature); False, nothing was consumed -- something else arrived or waits (another
+        peer's frame, a rendezvous, a message to truncate or of another type, a failure): the
+        caller posts the receive through :meth:`irecv`, which sees every frame in order.
+
+        With other threads running, frames are consumed only under the engine lock and the spin
+        runs outside it (:func:`gpumpi.ipc.fastring.wait`)."""
+        fr = self.frecv
+        if fr is None and not self._fast_tick():
+            return False
+        fr = self.frecv
+        if not self._fast_clear(ctx):
+            return False
+        if not self.typecheck:
+            sig = 0
+        tab, out = self.ftab, self.fout
+        spins = 0
+        budget = _SPIN_FIRST
+        while True:
+            if _threads():
+                with self.lock:
+                    if not self._fast_clear(ctx):
+                        return False
+                    rc = fr(tab, wpeer, ctx, source, tag, sig, addr, cap, 1, self.epoch, out)
+                if rc == _EMPTY:
+                    self.fwait(tab, budget, self.epoch)  # outside the lock; then look again under it
+            else:
+                rc = fr(tab, wpeer, ctx, source, tag, sig, addr, cap, budget, self.epoch, out)
+            if rc == _GOT:
+                return True
+            if rc != _EMPTY:
+                return False
+            spins += 1
+            budget = _SPIN_NEXT
+            self.backoff(spins + 50)
+
     def recv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None,
-             sig: int = 0) -> Xfer:
+             sig: int = 0):
         """Blocking receive into host memory ``mem`` (``cap`` bytes at ``addr``): the completed
         operation (``err``, ``st_source``, ``st_tag``, ``st_nbytes``, ``msig``); errors are not raised."""
+        if addr is not None and self.recv_fast(source, wpeer, tag, ctx, addr, cap, sig):
+            return _Got(*self.fout.tolist())
         x = self.irecv(mem, cap, source, wpeer, tag, ctx, call, addr, sig)
         if not x.done:
             self.wait(x)

@@ -40,7 +40,7 @@ from . import _p2p
 from . import _pickle
 from . import _runtime as _rt
 from . import topology as _topology
-from ._buffers import message_simple
+from ._buffers import host_fast, message_simple
 from ._partitioned import PartRequest, partitions_of
 from ._progress import SENT
 from .constants import (
@@ -651,7 +651,15 @@ class Comm(Handle):
         work queued on that stream (default: the array's own stream, else the current one).
         """
         try:
-            # fast path: a NumPy array to a valid rank with a valid tag
+            # the fast path: a whole contiguous NumPy array (bare or [array, predefined type]) to a
+            # valid rank with a valid tag, sent by one compiled call (Engine.send_fast)
+            h = host_fast(buf, False)
+            if h is not None and type(dest) is int and type(tag) is int and 0 <= dest < len(self._w) and \
+                    0 <= tag <= TAG_UB_VALUE and self._ctx >= 0:
+                eng = _rt.ENGINE
+                if self._ctx not in eng.freed_ctx and \
+                        eng.send_fast(self._w[dest], self._rank, self._ctx, tag, h[0], h[1], h[2]):
+                    return
             if type(buf) is _ndarray and type(dest) is int and type(tag) is int and \
                     0 <= dest < len(self._w) and 0 <= tag <= TAG_UB_VALUE and self._ctx >= 0:
                 m = message_simple(buf, True, dest, 1, "Send")
@@ -686,7 +694,18 @@ class Comm(Handle):
         if status is not None:
             check_status(status, "Recv")
         try:
-            # fast path: into a NumPy array from a valid rank (or ANY_SOURCE) with a valid tag
+            # the fast path: into a whole contiguous NumPy array (bare or [array, predefined type])
+            # from a valid rank or ANY_SOURCE with a valid tag (Engine.recv_fast)
+            h = host_fast(buf, True)
+            if h is not None and type(source) is int and type(tag) is int and self._ctx >= 0 and \
+                    -2 <= source < len(self._w) and source != -1 and -1 <= tag <= TAG_UB_VALUE:
+                eng = _rt.ENGINE
+                if self._ctx not in eng.freed_ctx and \
+                        eng.recv_fast(source, source if source < 0 else self._w[source], tag, self._ctx, h[0], h[1], h[2]):
+                    if status is not None:
+                        src, tg, n, _ = eng.fout.tolist()
+                        status._fill(src, tg, n)
+                    return
             if type(buf) is _ndarray and type(source) is int and type(tag) is int and self._ctx >= 0 and \
                     -2 <= source < len(self._w) and source != -1 and -1 <= tag <= TAG_UB_VALUE:
                 m = message_simple(buf, False, source, 1, "Recv")

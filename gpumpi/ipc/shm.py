@@ -28,7 +28,7 @@ import mmap
 from collections import deque
 
 from .._protocol import HEADER, HLEN
-from .base import HOST, Frames, Region, register
+from .base import HOST, Frames, Region, address_of, register
 from .ring import CTRL, RingReader, RingWriter
 
 _pack_into = HEADER.pack_into
@@ -65,6 +65,11 @@ class ShmTransport(Frames):
         self.max_payload = ring_size // 2 - HLEN
         # poll own ring last: replies from peers first keeps rendezvous moving
         self.peers_in = [p for p in range(size) if p != rank] + [rank]
+
+    def ring_addresses(self) -> tuple[list, list]:
+        """Addresses of the control blocks of the rings this rank writes and reads, per peer
+        (for the compiled fast path, :mod:`gpumpi.ipc.fastring`)."""
+        return [address_of(w.ctl) for w in self.out], [address_of(r.ctl) for r in self.inc]
 
     def send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int,
              payload=None, token=None) -> bool:
