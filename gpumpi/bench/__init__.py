@@ -54,7 +54,8 @@ __all__ = [
     "check_buffer_kind", "check_device_buffers", "check_transport", "coll", "compare_results", "cupy_status",
     "device_count",
     "format_compare_table", "format_progress", "format_table", "metadata", "p2p", "p2p_matrix", "pack",
-    "pair_devices", "plot", "read_json", "rma", "stderr_progress", "suite_of", "transports_setting", "write_csv", "write_json",
+    "pair_devices", "plot", "read_json", "rma", "stderr_progress", "suite_of", "transports_setting", "write_csv",
+    "write_json",
 ]  # fmt: skip
 
 

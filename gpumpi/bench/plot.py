@@ -114,7 +114,8 @@ def plot_runs(results) -> list[dict]:
     elif isinstance(results, Sequence) and results and all(isinstance(d, dict) for d in results):
         docs = list(results)
     else:
-        raise BenchError(f"plot_latency: expected a p2p --json document, documents or rows (got {type(results).__name__})")
+        got = type(results).__name__
+        raise BenchError(f"plot_latency: expected a p2p --json document, documents or rows (got {got})")
     for doc in docs:
         suite = doc.get("suite", "p2p")
         if suite != "p2p":
