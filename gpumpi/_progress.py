@@ -68,7 +68,7 @@ _threads = _thread._count  # threads started from Python besides the main one (0
 
 #: compiled fast path (gpumpi.ipc.fastring): spin rounds of a blocking receive's first wait,
 #: and of each later one (between them the wait backs off as ``Engine.wait`` does)
-_SPIN_FIRST, _SPIN_NEXT = 4096, 64
+_SPIN_FIRST, _SPIN_NEXT = 1024, 64  # about 26 us and 1.7 us on the 2-core machine
 _EMPTY, _GOT = 0, 1  # fastring's results
 
 SEND, RECV, GREQ = 0, 1, 2
@@ -811,7 +811,11 @@ class Engine:
             self._advancing = False
 
     def wait(self, x: Xfer) -> None:
-        """Block until ``x`` completes (progressing everything meanwhile)."""
+        """Block until ``x`` completes (progressing everything meanwhile).
+
+        Once the fast path is compiled, a pass that left nothing to do but wait for frames is
+        followed by a compiled spin on the rings (GIL released, outside the lock) instead of
+        Python passes: the next frame is handled as soon as it lands."""
         if x.done:
             return
         lock = self.lock
@@ -822,7 +826,12 @@ class Engine:
             if x.done:
                 return
             spins += 1
-            if spins > 50:
+            fw = self.fwait
+            if fw is not None and not (self.tr.nbacklog or self.pushing or self.ready):
+                fw(self.ftab, _SPIN_FIRST if spins == 1 else _SPIN_NEXT, self.epoch)
+                if spins > 1:
+                    self.backoff(spins + 50)
+            elif spins > 50:
                 self.backoff(spins)
 
     def wait_any(self, xs) -> None:
