@@ -799,6 +799,16 @@ class Engine:
             self._advance_ready()
         return n
 
+    def quiet(self) -> bool:
+        """True when a progress pass would do nothing now (no frame arrived, nothing queued or
+        pushing, no collective round ready, no new failure): ``Iprobe`` and ``Test`` then skip it."""
+        if self.tr.nbacklog or self.pushing or self.ready:
+            return False
+        seg = self.seg
+        if seg is not None and seg.q[3] != self.epoch:
+            return False
+        return not self.tr.arrived()
+
     def _advance_ready(self) -> None:
         """Advance the collective runs whose round completed (``Run.advance`` posts the next
         round, which may progress the engine again: not re-entered)."""
