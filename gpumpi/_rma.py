@@ -68,6 +68,7 @@ import numpy as np
 
 from . import _memfd
 from . import _runtime as _rt
+from ._arrays import _PEEK
 from ._rmasync import Epochs
 from .constants import LOCK_EXCLUSIVE, MODE_NOCHECK
 from .datatypes.plan import plan_for
@@ -152,6 +153,22 @@ class Window:
         self.attached: list = []  # dynamic: [(address, length)] attached here
         self.device_stream = None
         self.freed = False
+        self.near: dict = {}  # target -> (base, disp unit, size): see _admit
+
+    def _admit(self) -> None:
+        """Recompute :attr:`near` from the epochs: the targets whose memory is mapped here
+        (``Region.atomic``, not dynamic) and which the open passive target epoch includes, each
+        as ``(address of its window, disp_unit, size)``.  ``Win``'s fast paths act on these
+        without asking the epochs; every change of the lock epochs ends here."""
+        near = self.near
+        near.clear()
+        a = self.epochs.access
+        if self.freed or a not in ("lock", "lock_all") or not _PEEK:
+            return
+        for r in (range(self.size_n) if a == "lock_all" else self.epochs.locks):
+            g = self.regions[r]
+            if g.atomic and not g.dyn:
+                near[r] = (g.base, g.unit, g.size)
 
     # -- control words -----------------------------------------------------------------------
     def _posted(self, ctl: int, r: int) -> int:
@@ -235,6 +252,7 @@ class Window:
         if self.freed:
             return
         self.freed = True
+        self.near.clear()
         for fn in reversed(self.on_free):
             try:
                 fn()
@@ -270,12 +288,14 @@ class Window:
         self.epochs.lock(target, lock_type, call)
         if assertion & MODE_NOCHECK:
             self.nocheck_locks.add(target)
+            self._admit()
             return
         try:
             self._acquire(target, lock_type == LOCK_EXCLUSIVE, call)
         except BaseException:
             self.epochs.unlock(target, call)
             raise
+        self._admit()
 
     def _acquire(self, target: int, exclusive: bool, call: str) -> None:
         A = _atomics()
@@ -322,6 +342,7 @@ class Window:
 
     def unlock(self, target: int, call: str) -> None:
         kind = self.epochs.unlock(target, call)
+        self._admit()
         self._sync_device()
         if target in self.nocheck_locks:
             self.nocheck_locks.discard(target)
@@ -333,6 +354,7 @@ class Window:
         self.epochs.lock_all(call)
         if assertion & MODE_NOCHECK:
             self.nocheck_locks.add(-1)
+            self._admit()
             return
         done = []
         try:
@@ -344,9 +366,11 @@ class Window:
                 self._release(t, False)
             self.epochs.unlock_all(call)
             raise
+        self._admit()
 
     def unlock_all(self, call: str) -> None:
         self.epochs.unlock_all(call)
+        self._admit()
         self._sync_device()
         if -1 in self.nocheck_locks:
             self.nocheck_locks.discard(-1)

@@ -33,14 +33,15 @@ import os
 import numpy as np
 
 from . import _rma
-from ._arrays import _FLAGS, _PEEK
+from ._arrays import _DATA, _DT_BY_ID, _FLAGS
 from ._buffers import _asdatatype, _extent_for, _is_integral, message_simple
-from ._handles import Handle, Table
+from ._handles import Handle, Table, is_constant
 from ._membuffer import buffer
 from .constants import (BOTTOM, KEYVAL_INVALID, LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOCHECK, MODE_NOPRECEDE,
                         MODE_NOPUT, MODE_NOSTORE, MODE_NOSUCCEED, PROC_NULL, WIN_BASE, WIN_CREATE_FLAVOR,
                         WIN_DISP_UNIT, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
                         WIN_FLAVOR_SHARED, WIN_MODEL, WIN_SIZE, WIN_UNIFIED)
+from .datatypes._core import _PREDEFINED as _PREDEFINED_TYPES
 from .datatypes._core import Datatype
 from .datatypes.plan import plan_for
 from .errors import (ERR_ARG, ERR_ASSERT, ERR_OP, ERR_COMM, ERR_COUNT, ERR_DISP, ERR_ERRHANDLER, ERR_GROUP,
@@ -70,7 +71,7 @@ class _State:
     """What every reference to one window shares."""
 
     __slots__ = ("h", "rt", "base", "size", "unit", "flavor", "name", "errh", "info", "attrs", "mem", "keep",
-                 "freed", "ucomm")
+                 "freed", "ucomm", "near")
 
     def __init__(self) -> None:
         self.h = Win._htable.new()
@@ -86,6 +87,7 @@ class _State:
         self.keep = None  # the exposed memory's owner, kept alive
         self.freed = False
         self.ucomm = None
+        self.near: dict = {}  # the runtime's Window.near once made: the near path's targets
 
 
 def _wrap(win):
@@ -209,6 +211,7 @@ class Win(Handle):
             dup.Free()
             raise
         st.rt = W
+        st.near = W.near
         st.flavor = flavor
         st.ucomm = comm
         w = cls.__new__(cls)
@@ -597,6 +600,21 @@ class Win(Handle):
 
     def Put(self, origin, target_rank: int, target=None) -> None:
         """Put data into a memory window on a remote process (MPI_Put)."""
+        st = self._st
+        if st is not None and type(target_rank) is int and (target is None or type(target) is int):
+            t = st.near.get(target_rank)
+            if t is not None:  # the near path: a contiguous array, its bytes at the displacement
+                a, at = _spec(origin)
+                if type(a) is _NDARRAY:
+                    dt = _NPS.get(id(at))
+                    if dt is None:
+                        dt = _np_near(at)
+                    n = a.nbytes
+                    off = 0 if target is None else target * t[1]
+                    i = id(a) >> 3
+                    if a.dtype is dt and _FLAGS[i] & 3 and 0 < n and 0 <= off <= t[2] - n:
+                        (_RAW or _raw())[0][0](t[0] + off, _DATA[i], n)
+                        return
         call = "Win.Put"
         try:
             st, r, msg, ttype, plan, ga = self._prep(call, origin, target_rank, target, True)
@@ -615,6 +633,21 @@ class Win(Handle):
 
     def Get(self, origin, target_rank: int, target=None) -> None:
         """Get data from a memory window on a remote process (MPI_Get)."""
+        st = self._st
+        if st is not None and type(target_rank) is int and (target is None or type(target) is int):
+            t = st.near.get(target_rank)
+            if t is not None:  # the near path, as Put's
+                a, at = _spec(origin)
+                if type(a) is _NDARRAY:
+                    dt = _NPS.get(id(at))
+                    if dt is None:
+                        dt = _np_near(at)
+                    n = a.nbytes
+                    off = 0 if target is None else target * t[1]
+                    i = id(a) >> 3
+                    if a.dtype is dt and _FLAGS[i] & 3 and _FLAGS[i] & 0x400 and 0 < n and 0 <= off <= t[2] - n:
+                        (_RAW or _raw())[0][0](_DATA[i], t[0] + off, n)
+                        return
         call = "Win.Get"
         try:
             st, r, msg, ttype, plan, ga = self._prep(call, origin, target_rank, target, False)
@@ -679,9 +712,24 @@ class Win(Handle):
 
     def Fetch_and_op(self, origin, result, target_rank: int, target_disp: int = 0, op: Op = SUM) -> None:
         """Fetch one element and apply an operation to it, atomically (MPI_Fetch_and_op)."""
-        fast = _fop_fast(self, origin, result, target_rank, target_disp, op)
-        if fast:
-            return
+        st = self._st
+        if st is not None and type(target_rank) is int is type(target_disp):
+            t = st.near.get(target_rank)
+            if t is not None:  # the near path (see _spec): one call, the result written by it
+                o, ot = _spec(origin)
+                r, rt = _spec(result)
+                if ot is rt:
+                    e = _FOPS.get((id(op), id(ot)))
+                    if e is None:
+                        e = _fop_near(op, ot)
+                    if e and type(o) is _NDARRAY is type(r) and o.dtype is e[5] is r.dtype and o.size == 1 == r.size:
+                        io, ir = id(o) >> 3, id(r) >> 3
+                        off = target_disp * t[1]
+                        addr = t[0] + off
+                        if (_FLAGS[io] & 0x100 and _FLAGS[ir] & 0x500 == 0x500  # aligned; the result writable
+                                and 0 <= off <= t[2] - e[3] and not addr & e[4]):
+                            e[0](addr, _DATA[io], _DATA[ir], e[1], e[2])
+                            return
         call = "Win.Fetch_and_op"
         try:
             st = self._check(call)
@@ -715,8 +763,26 @@ class Win(Handle):
     def Compare_and_swap(self, origin, compare, result, target_rank: int, target_disp: int = 0) -> None:
         """Replace one element with ``origin`` if it equals ``compare``, returning the old value
         in ``result``, atomically (MPI_Compare_and_swap)."""
-        if _cas_fast(self, origin, compare, result, target_rank, target_disp):
-            return
+        st = self._st
+        if st is not None and type(target_rank) is int is type(target_disp):
+            t = st.near.get(target_rank)
+            if t is not None:  # the near path, as Fetch_and_op's
+                o, ot = _spec(origin)
+                c, ct = _spec(compare)
+                r, rt = _spec(result)
+                if ot is ct is rt:
+                    e = _CASS.get(id(ot))
+                    if e is None:
+                        e = _cas_near(ot)
+                    if (e and type(o) is _NDARRAY is type(c) and type(r) is _NDARRAY
+                            and o.dtype is e[4] is c.dtype and r.dtype is e[4] and o.size == 1 == c.size == r.size):
+                        io, ic, ir = id(o) >> 3, id(c) >> 3, id(r) >> 3
+                        off = target_disp * t[1]
+                        addr = t[0] + off
+                        if (_FLAGS[io] & _FLAGS[ic] & 0x100 and _FLAGS[ir] & 0x500 == 0x500
+                                and 0 <= off <= t[2] - e[2] and not addr & e[3]):
+                            e[0](addr, _DATA[io], _DATA[ic], _DATA[ir], e[1])
+                            return
         call = "Win.Compare_and_swap"
         try:
             st = self._check(call)
@@ -896,7 +962,7 @@ class Win(Handle):
             ep = W.epochs
             a = ep.access
             if (a == "lock_all" or (a == "lock" and rank in ep.locks)) and W.device_stream is None:
-                _rma._atomics().fence()
+                (_RAW or _raw())[0][1]()
                 return
         try:
             st = self._check(call)
@@ -909,6 +975,10 @@ class Win(Handle):
 
     def Flush(self, rank: int) -> None:
         """Complete the operations to ``rank`` at origin and target (MPI_Win_flush)."""
+        st = self._st
+        if st is not None and type(rank) is int and rank in st.near:  # a memory barrier orders them
+            (_RAW or _raw())[0][1]()
+            return
         self._flush(rank, "Win.Flush")
 
     def Flush_all(self) -> None:
@@ -917,6 +987,9 @@ class Win(Handle):
 
     def Flush_local(self, rank: int) -> None:
         """Complete the operations to ``rank`` at the origin (MPI_Win_flush_local)."""
+        st = self._st
+        if st is not None and type(rank) is int and rank in st.near:
+            return  # operations on mapped memory are complete at the origin when issued
         self._flush(rank, "Win.Flush_local")
 
     def Flush_local_all(self) -> None:
@@ -928,129 +1001,104 @@ class Win(Handle):
         self._check("Win.Sync").rt.sync()
 
 
-#: (id(dtype), id(op)) -> (op, ctypes type, compiled fetch_and_op, op code, bool?, align mask, size)
-_FOP_FAST: dict = {}
+# -- the near path: one element or a few bytes to a locked target whose memory is mapped here --------
+#
+# ``st.near`` (the runtime's ``Window.near``) holds ``(base, disp_unit, size)`` of every target that
+# the open passive target epoch includes and whose window memory this process maps (kept by
+# ``_rma.Window._admit`` whenever a lock epoch changes).  For such a target no epoch check can
+# fail and every operation completes when issued, so an operation whose arguments are the
+# simple kind (NumPy arrays, ``[array, T]`` with ``T`` the predefined type of the elements,
+# int rank and displacement, inside the window, aligned) is one call into machine code with
+# int arguments (:func:`gpumpi.kernels.atomics.fop_into`, ``cas_into``, ``raw``), which also
+# writes the fetched element into the result array.  Anything else, errors included, falls
+# through to the general path, which checks and reports exactly as before.  The caches below
+# are keyed by the identity of module constants (immortal), so an id is never reused.
+
+_NDARRAY = np.ndarray
+_NONE2 = (None, None)
+#: (id(op), id(datatype)) -> (compiled fop_into, op code, like, element size, align mask, dtype) or False
+_FOPS: dict = {}
+#: id(datatype) -> (compiled cas_into, like, element size, align mask, dtype) or False
+_CASS: dict = {}
+#: id(datatype) -> the NumPy dtype of a predefined type's elements, or False
+_NPS: dict = {}
+_RAW: list = []  # [(move, fence)]: gpumpi.kernels.atomics.raw(), once needed
 
 
-def _fop_fast(win, origin, result, rank, disp, op) -> bool:
-    """``Fetch_and_op`` of one native element between two NumPy arrays into a mapped window, in a
-    passive target or fence epoch that already admits the target: one atomic instruction and no
-    parsing.  False (nothing done) for anything else: the general path then checks and reports."""
-    st = win._st
-    origin, result = _one(origin), _one(result)
-    if (st is None or origin is None or result is None or type(rank) is not int
-            or type(disp) is not int or not _PEEK or origin.dtype is not result.dtype):
-        return False
-    e = _FOP_FAST.get((id(origin.dtype), id(op)))
-    if e is None or e[0] is not op:
-        e = _fop_fast_entry(origin.dtype, op)
-        if e is None:
-            return False
-    io, ir = id(origin) >> 3, id(result) >> 3
-    if origin.size != 1 or result.size != 1 or not _FLAGS[io] & 3 or _FLAGS[ir] & 0x401 != 0x401 or st.freed:
-        return False
-    addr = _fast_target(st, rank, disp, e[6], e[5])
-    if addr is None:
-        return False
-    old = e[2](addr, origin.item(), e[3])
-    if result.ndim == 1:
-        result[0] = old
-    else:
-        result[...] = old
-    return True
+def _raw() -> list:
+    """:data:`_RAW`, filled on first use (which compiles)."""
+    if not _RAW:
+        _RAW.append(_rma._atomics().raw())
+    return _RAW
 
 
-_CAS_FAST: dict = {}  # id(dtype) -> (compiled compare_and_swap, align mask, size)
-
-
-def _one(spec):
-    """The NumPy array of a fast-path buffer spec: ``a`` or ``[a, T]`` where ``T`` is the
-    predefined type of ``a``'s elements; None for anything else (the general path parses it)."""
-    if type(spec) is np.ndarray:
+def _spec(spec):
+    """``(array, datatype)`` of a near-path buffer spec: an ndarray (and the datatype of its
+    dtype, when known) or a 2-item ``[buffer, datatype]``, unchecked; ``(None, None)`` otherwise."""
+    tp = type(spec)
+    if tp is _NDARRAY:
+        return spec, _DT_BY_ID.get(id(spec.dtype))
+    if (tp is list or tp is tuple) and len(spec) == 2:
         return spec
-    if (type(spec) is list or type(spec) is tuple) and len(spec) == 2:
-        a, t = spec
-        if type(a) is np.ndarray:
-            e = _TYPE_NP.get(id(t))
-            if e is None or e[0] is not t:
-                e = _TYPE_NP[id(t)] = (t, _np_of(t) if isinstance(t, Datatype) and t._basic is t else None)
-            if e[1] is a.dtype and not t._rec.freed:
-                return a
-    return None
+    return _NONE2
 
 
-_TYPE_NP: dict = {}  # id(Datatype) -> (the type, the NumPy dtype of a predefined one, else None)
-
-
-def _np_of(t):
-    try:
-        return np.dtype(t.np)
-    except Exception:
-        return None
-
-
-def _fast_target(st, rank, disp, size, mask):
-    """The address of ``size`` bytes at ``disp`` of ``rank``'s mapped window when the epoch admits
-    the operation and nothing needs checking or waiting; None otherwise."""
-    W = st.rt
-    ep = W.epochs
-    a = ep.access
-    if not (a == "lock_all" or (a == "lock" and rank in ep.locks)) or not 0 <= rank < W.size_n:
-        return None
-    g = W.regions[rank]
-    off = disp * g.unit
-    addr = g.base + off
-    if not g.atomic or g.dyn or off < 0 or off + size > g.size or addr & mask:
-        return None
-    return addr
-
-
-def _cas_fast(win, origin, compare, result, rank, disp) -> bool:
-    """``Compare_and_swap`` of one native integer between NumPy arrays into a mapped window (as
-    :func:`_fop_fast`)."""
-    st = win._st
-    origin, compare, result = _one(origin), _one(compare), _one(result)
-    if (st is None or origin is None or compare is None or result is None or type(rank) is not int
-            or type(disp) is not int or not _PEEK or origin.dtype is not result.dtype
-            or origin.dtype is not compare.dtype or st.freed):
+def _np_near(T):
+    """The NumPy dtype of the elements of ``T`` when it is a predefined module constant (never
+    freed nor nullified), else False (cached for those constants)."""
+    if not isinstance(T, Datatype) or _PREDEFINED_TYPES.get(T._handle) is not T:
         return False
-    dt = origin.dtype
-    e = _CAS_FAST.get(id(dt))
-    if e is None:
-        if dt.kind not in "iu" or not dt.isnative or dt.itemsize not in (1, 2, 4, 8):
-            return False
-        fn, mask = _rma._atomics().cas_entry(dt)
-        e = _CAS_FAST[id(dt)] = (fn, mask, dt.itemsize)
-    if (origin.size != 1 or compare.size != 1 or result.size != 1 or not _FLAGS[id(origin) >> 3] & 3
-            or not _FLAGS[id(compare) >> 3] & 3 or _FLAGS[id(result) >> 3] & 0x401 != 0x401):
+    dt = False
+    if T._basic is T:
+        try:
+            dt = np.dtype(T.np)
+        except Exception:
+            dt = False
+    _NPS[id(T)] = dt
+    return dt
+
+
+def _fop_near(op, T):
+    """The near path's entry for Fetch_and_op with ``op`` on elements of ``T``, or False."""
+    if not is_constant(op):
         return False
-    addr = _fast_target(st, rank, disp, e[2], e[1])
-    if addr is None:
-        return False
-    old = e[0](addr, compare.item(), origin.item())
-    if result.ndim == 1:
-        result[0] = old
-    else:
-        result[...] = old
-    return True
+    dt = _NPS.get(id(T))
+    if dt is None:
+        dt = _np_near(T)
+    if dt is False and id(T) not in _NPS:
+        return False  # not a predefined constant: nothing cached under its id
+    e = False
+    if dt and dt.kind in "iuf" and isinstance(op, Op) and op._rec is None:
+        A = _rma._atomics()
+        if A.supported(op._name, dt):
+            try:
+                _rma.check_acc_types(T, T, op, "Win.Fetch_and_op")  # MPI defines the op for the type
+            except MPIException:
+                pass
+            else:
+                fn, code, like, mask = A.fop_into(op._name, dt)
+                e = (fn, code, like, dt.itemsize, mask, dt)
+    _FOPS[(id(op), id(T))] = e
+    return e
 
 
-def _fop_fast_entry(dtype, op):
-    from ._arrays import lookup_dtype
-
-    if not isinstance(op, Op) or op._rec is not None or op._h == 0x18000000:
-        return None
-    ct = _CTYPES.get(dtype)
-    A = _rma._atomics()
-    if ct is None or not dtype.isnative or not A.supported(op._name, dtype):
-        return None
-    try:
-        dt = lookup_dtype(dtype, "Win.Fetch_and_op")
-        _rma.check_acc_types(dt, dt, op, "Win.Fetch_and_op")  # MPI defines the op for the type
-    except Exception:
-        return None
-    fn, code, isbool, mask = A.fop_entry(op._name, dtype)
-    e = _FOP_FAST[(id(dtype), id(op))] = (op, ct, fn, code, isbool, mask, ctypes.sizeof(ct))
+def _cas_near(T):
+    """The near path's entry for Compare_and_swap on elements of ``T``, or False."""
+    dt = _NPS.get(id(T))
+    if dt is None:
+        dt = _np_near(T)
+    if dt is False and id(T) not in _NPS:
+        return False  # not a predefined constant: nothing cached under its id
+    e = False
+    if dt and dt.kind in "iu":
+        try:
+            _cas_dtype(T, "Win.Compare_and_swap")
+        except MPIException:
+            pass
+        else:
+            fn, like, mask = _rma._atomics().cas_into(dt)
+            e = (fn, like, dt.itemsize, mask, dt)
+    _CASS[id(T)] = e
     return e
 
 

@@ -98,8 +98,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["OPS", "supported", "accumulate", "fetch_and_op", "compare_and_swap", "load64", "store64", "cas64",
-           "add64", "fence", "device_accumulate", "kernel_accumulate"]
+__all__ = ["OPS", "supported", "accumulate", "fetch_and_op", "compare_and_swap", "fop_into", "cas_into", "load64",
+           "store64", "cas64", "add64", "fence", "raw", "device_accumulate", "kernel_accumulate"]
 
 #: the operations, in the order of their codes in the compiled switch
 OPS = ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR", "REPLACE", "NO_OP")
@@ -149,14 +149,14 @@ def supported(op: str, dtype) -> bool:
 
 # -- host: the intrinsics, built on first use -------------------------------------------------------
 
-_update = _cas = _load = _store = _rmw_add = _fence = None  # the intrinsics once _build() ran: the jitted
+_update = _cas = _load = _store = _rmw_add = _fence = _move = None  # the intrinsics once _build() ran: the jitted
 # functions below name them as globals, which numba resolves when it compiles them (as reduce.py's _cuda)
 _BUILT = None  # (numba, numba.types) once _build() ran
 
 
 def _build():
     """Define the intrinsics (imports numba and llvmlite)."""
-    global _update, _cas, _load, _store, _rmw_add, _fence, _BUILT
+    global _update, _cas, _load, _store, _rmw_add, _fence, _move, _BUILT
     if _BUILT is not None:
         return _BUILT
     import numba
@@ -337,8 +337,21 @@ def _build():
 
         return types.none(), codegen
 
-    del cgutils
-    _update, _cas, _load, _store, _rmw_add, _fence = update, cas, load, store, rmw_add, fence
+    @intrinsic
+    def move(typingctx, dst, src, n):
+        """``memmove(dst, src, n)`` on addresses (not atomic: a plain copy of bytes)."""
+        if not all(isinstance(t, types.Integer) for t in (dst, src, n)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            d, s, k = args
+            p = ir.IntType(8).as_pointer()
+            cgutils.raw_memmove(builder, builder.inttoptr(d, p), builder.inttoptr(s, p), k, 1)
+            return context.get_dummy_value()
+
+        return types.none(types.intp, types.intp, types.intp), codegen
+
+    _update, _cas, _load, _store, _rmw_add, _fence, _move = update, cas, load, store, rmw_add, fence, move
     _BUILT = (numba, types)
     return _BUILT
 
@@ -366,6 +379,18 @@ def _j_fetch_and_op(addr, val, op):
 
 def _j_cas(addr, expected, desired):
     return _cas(addr, expected, desired)
+
+
+def _j_fop_into(addr, origin, result, op, like):
+    _store(result, _update(addr, _load(origin, like), op))
+
+
+def _j_cas_into(addr, origin, compare, result, like):
+    _store(result, _cas(addr, _load(compare, like), _load(origin, like)))
+
+
+def _j_move(dst, src, n):
+    _move(dst, src, n)
 
 
 def _j_load(addr, like):
@@ -412,6 +437,8 @@ _CAS: dict = {}  # id(dtype) -> (dispatcher, np.dtype, bits dtype or None, bool?
 _LOOPS: dict = {}  # work dtype -> accumulate dispatcher
 _SCALARS: dict = {}  # (name, work dtype) -> dispatcher
 _WORDS = None  # (load64, store64, cas64, add64, fence) dispatchers
+_INTO: dict = {}  # ("fop" / "cas", dtype) -> compiled fop_into / cas_into
+_RAW = None  # (move, fence): the compiled functions themselves
 
 
 def _check(call: str, op: str, dtype) -> np.dtype:
@@ -489,14 +516,30 @@ def _fop_entry(op: str, dtype):
     return e
 
 
-def fop_entry(op: str, dtype) -> tuple:
-    """``(fn, code, is_bool, align_mask)`` for ``op`` on ``dtype``: ``fn(addr, value, code)`` is the
-    compiled :func:`fetch_and_op` itself, for callers that cache it (``Win.Fetch_and_op``'s fast path);
-    the address must be a multiple of ``align_mask + 1``.  ``ValueError`` where not :func:`supported`."""
-    e = _FOP.get((op, id(dtype)))
-    if e is None:
-        e = _fop_entry(op, dtype)
-    return e[:4]
+def _compiled(dispatcher):
+    """The machine code behind a dispatcher of one signature, callable without the dispatcher
+    (``Dispatcher.get_overload``): no type matching, ~0.1 us less a call.  Its arguments are
+    converted as C converts (a float given for an integer is truncated): callers pass ints."""
+    return dispatcher.get_overload(dispatcher.signatures[0])
+
+
+def fop_into(op: str, dtype) -> tuple:
+    """``(fn, code, like, align_mask)``: ``fn(addr, origin, result, code, like)`` atomically applies
+    ``op`` with the element at address ``origin`` to the element at ``addr`` and stores the old
+    element at address ``result`` (MPI_Fetch_and_op on addresses, one call into machine code that
+    returns nothing: the fast path of ``Win.Fetch_and_op``).  Every argument must be a Python
+    ``int`` (``like`` is the zero of the element type, which picks it); ``addr`` a multiple of
+    ``align_mask + 1``; ``origin`` and ``result`` aligned.  Integer and float types only (not
+    ``bool``); ``ValueError`` where not :func:`supported`."""
+    dt = _check("atomics.fop_into", op, dtype)
+    if dt.kind == "b":
+        raise ValueError(f"atomics.fop_into: integer and float types only ({dtype!r})")
+    fn = _INTO.get(("fop", dt))
+    if fn is None:
+        _, types = _build()
+        t, i8 = _nbtype(dt), types.int64
+        fn = _INTO[("fop", dt)] = _compiled(_jit(_j_fop_into, types.none(i8, i8, i8, i8, t)))
+    return fn, _CODE[op], dt.type(0).item(), dt.itemsize - 1
 
 
 def fetch_and_op(addr: int, value, op: str, dtype):
@@ -531,16 +574,20 @@ def _cas_entry(dtype):
     return e
 
 
-def cas_entry(dtype) -> tuple:
-    """``(fn, align_mask)`` for an integer ``dtype``: ``fn(addr, compare, value)`` is the compiled
-    :func:`compare_and_swap`, for callers that cache it (``Win.Compare_and_swap``'s fast path)."""
+def cas_into(dtype) -> tuple:
+    """``(fn, like, align_mask)`` for an integer ``dtype``: ``fn(addr, origin, compare, result, like)``
+    atomically replaces the element at ``addr`` with the one at address ``origin`` if it equals the
+    one at ``compare``, and stores the old element at address ``result`` (MPI_Compare_and_swap on
+    addresses, the fast path of ``Win.Compare_and_swap``; arguments as for :func:`fop_into`)."""
     dt = _np_dtype(dtype)
-    if dt is None or dt.kind not in "iu":
-        raise ValueError(f"atomics.cas_entry: integer types only ({dtype!r})")
-    e = _CAS.get(id(dtype))
-    if e is None:
-        e = _cas_entry(dtype)
-    return e[0], e[4]
+    if dt is None or dt.kind not in "iu" or not _elem_ok(dt):
+        raise ValueError(f"atomics.cas_into: native integer types only ({dtype!r})")
+    fn = _INTO.get(("cas", dt))
+    if fn is None:
+        _, types = _build()
+        t, i8 = _nbtype(dt), types.int64
+        fn = _INTO[("cas", dt)] = _compiled(_jit(_j_cas_into, types.none(i8, i8, i8, i8, t)))
+    return fn, 0, dt.itemsize - 1
 
 
 def compare_and_swap(addr: int, compare, value, dtype):
@@ -602,6 +649,18 @@ def add64(addr: int, delta: int) -> int:
 def fence() -> None:
     """A full memory barrier (``fence seq_cst``)."""
     (_WORDS or _words())[4]()
+
+
+def raw() -> tuple:
+    """``(move, fence)``, compiled and called without a dispatcher (see :func:`fop_into`):
+    ``move(dst, src, n)`` is ``memmove`` on addresses (ints; not atomic), ``fence()`` is
+    :func:`fence`.  The window's small Put/Get and Flush take them."""
+    global _RAW
+    if _RAW is None:
+        _, types = _build()
+        i8 = types.int64
+        _RAW = (_compiled(_jit(_j_move, types.none(i8, i8, i8))), _compiled((_WORDS or _words())[4]))
+    return _RAW
 
 
 # -- device kernels (plain Python; compiled by _device, run by numba's simulator for the tests) ---------
