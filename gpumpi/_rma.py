@@ -53,7 +53,9 @@ progresses the engine (a rank blocked on a lock still serves point-to-point
 traffic) with the engine's backoff.
 
 Synchronization calls are checked by :class:`gpumpi._rmasync.Epochs` before they
-act.  ``Fence`` is a barrier on the window's private communicator (operations
+act.  After every change of the lock epochs, :attr:`Window.near` lists the targets that
+the open passive target epoch includes and whose memory is mapped here (``Region.atomic``):
+``Win``'s near path serves those without asking the epochs again.  ``Fence`` is a barrier on the window's private communicator (operations
 are complete when issued, so a fence only orders); ``Post``/``Complete`` bump the
 peer's counter, ``Start`` and ``Wait`` wait for them (``Start`` lazily, at the
 first operation to a target or at ``Complete``); ``Flush*`` and ``Sync`` are

@@ -16,6 +16,16 @@ displacement counts ``disp_unit``s (absolute addresses in a dynamic window).
 ``Fetch_and_op`` and ``Compare_and_swap`` take one element each, of one type
 (``ValueError`` otherwise, as mpi4py).  ``PROC_NULL`` targets do nothing.
 
+The near path: a target that the open passive target epoch includes and whose memory this
+process maps (``Win.Allocate``, ``Allocate_shared``, ``Create`` on ``Alloc_mem`` memory) is in
+``Window.near``, kept by the runtime at every lock epoch change.  To such a target nothing can
+fail but the arguments, and every operation completes when issued, so ``Fetch_and_op``,
+``Compare_and_swap``, ``Put`` and ``Get`` of the simple kind (NumPy arrays or ``[array, T]`` with
+``T`` the predefined type of the elements, int rank and displacement) check in a few Python
+operations and make one call into machine code with int arguments; ``Flush_local`` to it
+returns at once and ``Flush`` is a memory barrier.  Whatever the near path does not take falls
+through to the general path, which checks and reports as it always did.
+
 gpumpi extensions: ``Win.Allocate(..., memory="device")`` (or the info key
 ``gpumpi_memory=device``) allocates device memory (CuPy on a GPU, the simulated
 device under ``GPUMPI_DEVICE=sim``), and ``Win.Create`` of a device array exposes
@@ -722,13 +732,10 @@ class Win(Handle):
                     e = _FOPS.get((id(op), id(ot)))
                     if e is None:
                         e = _fop_near(op, ot)
-                    if e and type(o) is _NDARRAY is type(r) and o.dtype is e[5] is r.dtype and o.size == 1 == r.size:
-                        io, ir = id(o) >> 3, id(r) >> 3
+                    if e and type(o) is _NDARRAY is type(r) and o.dtype is e[3] is r.dtype:
                         off = target_disp * t[1]
                         addr = t[0] + off
-                        if (_FLAGS[io] & 0x100 and _FLAGS[ir] & 0x500 == 0x500  # aligned; the result writable
-                                and 0 <= off <= t[2] - e[3] and not addr & e[4]):
-                            e[0](addr, _DATA[io], _DATA[ir], e[1], e[2])
+                        if 0 <= off <= t[2] - e[2] and not addr & e[4] and not e[0](addr, id(o), id(r), e[1]):
                             return
         call = "Win.Fetch_and_op"
         try:
@@ -775,13 +782,10 @@ class Win(Handle):
                     if e is None:
                         e = _cas_near(ot)
                     if (e and type(o) is _NDARRAY is type(c) and type(r) is _NDARRAY
-                            and o.dtype is e[4] is c.dtype and r.dtype is e[4] and o.size == 1 == c.size == r.size):
-                        io, ic, ir = id(o) >> 3, id(c) >> 3, id(r) >> 3
+                            and o.dtype is e[2] is c.dtype and r.dtype is e[2]):
                         off = target_disp * t[1]
                         addr = t[0] + off
-                        if (_FLAGS[io] & _FLAGS[ic] & 0x100 and _FLAGS[ir] & 0x500 == 0x500
-                                and 0 <= off <= t[2] - e[2] and not addr & e[3]):
-                            e[0](addr, _DATA[io], _DATA[ic], _DATA[ir], e[1])
+                        if 0 <= off <= t[2] - e[1] and not addr & e[3] and not e[0](addr, id(o), id(c), id(r)):
                             return
         call = "Win.Compare_and_swap"
         try:
@@ -1016,9 +1020,9 @@ class Win(Handle):
 
 _NDARRAY = np.ndarray
 _NONE2 = (None, None)
-#: (id(op), id(datatype)) -> (compiled fop_into, op code, like, element size, align mask, dtype) or False
+#: (id(op), id(datatype)) -> (compiled fop_ndarray, op code, element size, dtype, align mask) or False
 _FOPS: dict = {}
-#: id(datatype) -> (compiled cas_into, like, element size, align mask, dtype) or False
+#: id(datatype) -> (compiled cas_ndarray, element size, dtype, align mask) or False
 _CASS: dict = {}
 #: id(datatype) -> the NumPy dtype of a predefined type's elements, or False
 _NPS: dict = {}
@@ -1068,16 +1072,16 @@ def _fop_near(op, T):
     if dt is False and id(T) not in _NPS:
         return False  # not a predefined constant: nothing cached under its id
     e = False
-    if dt and dt.kind in "iuf" and isinstance(op, Op) and op._rec is None:
-        A = _rma._atomics()
+    A = _rma._atomics()
+    if dt and dt.kind in "iuf" and isinstance(op, Op) and op._rec is None and A.ndarray_layout():
         if A.supported(op._name, dt):
             try:
                 _rma.check_acc_types(T, T, op, "Win.Fetch_and_op")  # MPI defines the op for the type
             except MPIException:
                 pass
             else:
-                fn, code, like, mask = A.fop_into(op._name, dt)
-                e = (fn, code, like, dt.itemsize, mask, dt)
+                fn, code, mask = A.fop_ndarray(op._name, dt)
+                e = (fn, code, dt.itemsize, dt, mask)
     _FOPS[(id(op), id(T))] = e
     return e
 
@@ -1090,14 +1094,15 @@ def _cas_near(T):
     if dt is False and id(T) not in _NPS:
         return False  # not a predefined constant: nothing cached under its id
     e = False
-    if dt and dt.kind in "iu":
+    A = _rma._atomics()
+    if dt and dt.kind in "iu" and A.ndarray_layout():
         try:
             _cas_dtype(T, "Win.Compare_and_swap")
         except MPIException:
             pass
         else:
-            fn, like, mask = _rma._atomics().cas_into(dt)
-            e = (fn, like, dt.itemsize, mask, dt)
+            fn, mask = A.cas_ndarray(dt)
+            e = (fn, dt.itemsize, dt, mask)
     _CASS[id(T)] = e
     return e
 
