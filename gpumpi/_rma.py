@@ -622,6 +622,8 @@ class Window:
                 offs = np.arange(plan.lo, plan.lo + n, unit, dtype=np.int64)
             else:
                 offs = plan.byte_index(n)[::unit].astype(np.int64) + plan.lo
+            if g.mode != "device" and ((addr + offs) % unit).any():
+                return self._locked_accumulate(g, addr, plan, red, packed, op_name, fetch, call)
             vals = np.ascontiguousarray(packed[:n]).view(dtype)
             old = np.empty(len(vals), dtype) if fetch else None
             if g.mode == "device":
@@ -629,6 +631,14 @@ class Window:
             else:
                 A.accumulate(addr, offs, vals, op_name, old)
             return old.view(_U8) if fetch else None
+        return self._locked_accumulate(g, addr, plan, red, packed, op_name, fetch, call)
+
+    def _locked_accumulate(self, g: Region, addr: int, plan, red, packed, op_name: str, fetch: bool, call: str):
+        """The read-modify-write of :meth:`accumulate` under the target's accumulate lock: types with
+        no instruction, memory not mapped here, misaligned elements (an instruction needs alignment;
+        every origin of the same element and type takes the same path)."""
+        A = _atomics()
+        n = plan.nbytes
         word = self._acc_lock(g, call)
         try:
             cur = self.read(g, addr, plan, call)
@@ -664,7 +674,7 @@ class Window:
             ad, s = self._stream(g.ad)
             return np.frombuffer(A.device_compare_and_swap(ad, addr, compare.tobytes(), origin.tobytes(), dtype, s),
                                  _U8).copy()
-        if g.atomic and dtype.itemsize in (1, 2, 4, 8):
+        if g.atomic and dtype.itemsize in (1, 2, 4, 8) and not addr % dtype.itemsize:
             return np.array([A.compare_and_swap(addr, compare.view(dtype)[0], origin.view(dtype)[0], dtype)],
                             dtype).view(_U8)
         plan = plan_for(_byte_type(dtype.itemsize), 1)

@@ -726,17 +726,15 @@ class Win(Handle):
         if st is not None and type(target_rank) is int is type(target_disp):
             t = st.near.get(target_rank)
             if t is not None:  # the near path (see _spec): one call, the result written by it
-                o, ot = _spec(origin)
-                r, rt = _spec(result)
-                if ot is rt:
-                    e = _FOPS.get((id(op), id(ot)))
-                    if e is None:
-                        e = _fop_near(op, ot)
-                    if e and type(o) is _NDARRAY is type(r) and o.dtype is e[3] is r.dtype:
-                        off = target_disp * t[1]
-                        addr = t[0] + off
-                        if 0 <= off <= t[2] - e[2] and not addr & e[4] and not e[0](addr, id(o), id(r), e[1]):
-                            return
+                o, ot = origin if type(origin) is list and len(origin) == 2 else _spec(origin)
+                r, rt = result if type(result) is list and len(result) == 2 else _spec(result)
+                lop, lT, lt, fn, code, dt, base, unit, top = _FOP_LAST
+                if lop is op and lT is ot and lt is t and rt is ot:  # as the last call: checked then
+                    if (type(o) is _NDARRAY is type(r) and o.dtype is dt is r.dtype and 0 <= target_disp <= top
+                            and not fn(base + target_disp * unit, id(o), id(r), code)):
+                        return
+                elif ot is rt and _fop_near(t, o, r, target_disp, op, ot):
+                    return
         call = "Win.Fetch_and_op"
         try:
             st = self._check(call)
@@ -758,7 +756,8 @@ class Win(Handle):
             if g.atomic and dtype is not None and res.kind == "host" and msg.kind == "host":
                 ct = _CTYPES.get(dtype) if ttype._size == dtype.itemsize else None
                 A = _rma._atomics()
-                if ct is not None and A.supported(op._name, dtype):  # one instruction, no array made
+                if ct is not None and A.supported(op._name, dtype) and not (addr + plan.lo) % dtype.itemsize:
+                    # one instruction, no array made (a misaligned element takes the accumulate lock below)
                     old = A.fetch_and_op(addr + plan.lo, ct.from_address(msg.addr + msg.lo).value, op._name, dtype)
                     ct.from_address(res.addr + res.lo).value = old
                     return
@@ -774,19 +773,17 @@ class Win(Handle):
         if st is not None and type(target_rank) is int is type(target_disp):
             t = st.near.get(target_rank)
             if t is not None:  # the near path, as Fetch_and_op's
-                o, ot = _spec(origin)
-                c, ct = _spec(compare)
-                r, rt = _spec(result)
-                if ot is ct is rt:
-                    e = _CASS.get(id(ot))
-                    if e is None:
-                        e = _cas_near(ot)
-                    if (e and type(o) is _NDARRAY is type(c) and type(r) is _NDARRAY
-                            and o.dtype is e[2] is c.dtype and r.dtype is e[2]):
-                        off = target_disp * t[1]
-                        addr = t[0] + off
-                        if 0 <= off <= t[2] - e[1] and not addr & e[3] and not e[0](addr, id(o), id(c), id(r)):
-                            return
+                o, ot = origin if type(origin) is list and len(origin) == 2 else _spec(origin)
+                c, ct = compare if type(compare) is list and len(compare) == 2 else _spec(compare)
+                r, rt = result if type(result) is list and len(result) == 2 else _spec(result)
+                lT, lt, fn, dt, base, unit, top = _CAS_LAST
+                if lT is ot and lt is t and ct is ot and rt is ot:
+                    if (type(o) is _NDARRAY is type(c) and type(r) is _NDARRAY and o.dtype is dt is c.dtype
+                            and r.dtype is dt and 0 <= target_disp <= top
+                            and not fn(base + target_disp * unit, id(o), id(c), id(r))):
+                        return
+                elif ot is ct is rt and _cas_near(t, o, c, r, target_disp, ot):
+                    return
         call = "Win.Compare_and_swap"
         try:
             st = self._check(call)
@@ -1027,6 +1024,14 @@ _CASS: dict = {}
 #: id(datatype) -> the NumPy dtype of a predefined type's elements, or False
 _NPS: dict = {}
 _RAW: list = []  # [(move, fence)]: gpumpi.kernels.atomics.raw(), once needed
+_NOTHING = object()
+#: the last near Fetch_and_op: (op, datatype, near target tuple, compiled fop_ndarray, op code, dtype,
+#: base, disp_unit, highest displacement): the next call with the same op, type and target (the same
+#: tuple: a new epoch makes new ones) checks only its arrays and displacement
+_FOP_LAST: tuple = (_NOTHING,) * 9
+#: the last near Compare_and_swap: (datatype, near target tuple, compiled cas_ndarray, dtype, base,
+#: disp_unit, highest displacement)
+_CAS_LAST: tuple = (_NOTHING,) * 7
 
 
 def _raw() -> list:
@@ -1062,8 +1067,9 @@ def _np_near(T):
     return dt
 
 
-def _fop_near(op, T):
-    """The near path's entry for Fetch_and_op with ``op`` on elements of ``T``, or False."""
+def _fop_entry(op, T):
+    """The near path's entry for Fetch_and_op with ``op`` on elements of ``T``: ``(compiled
+    fop_ndarray, op code, element size, dtype, align mask)``, or False."""
     if not is_constant(op):
         return False
     dt = _NPS.get(id(T))
@@ -1086,8 +1092,27 @@ def _fop_near(op, T):
     return e
 
 
-def _cas_near(T):
-    """The near path's entry for Compare_and_swap on elements of ``T``, or False."""
+def _fop_near(t, o, r, disp, op, T) -> bool:
+    """Fetch_and_op on the near path (target ``t`` of ``Window.near``), remembered in
+    :data:`_FOP_LAST` for the next call; False (nothing done) where it does not apply."""
+    global _FOP_LAST
+    e = _FOPS.get((id(op), id(T)))
+    if e is None:
+        e = _fop_entry(op, T)
+    if not (e and type(o) is _NDARRAY is type(r) and o.dtype is e[3] is r.dtype):
+        return False
+    base, unit, size = t
+    off = disp * unit
+    if not (0 <= off <= size - e[2] and not (base + off) & e[4]) or e[0](base + off, id(o), id(r), e[1]):
+        return False
+    if not (base | unit) & e[4]:  # every displacement is aligned: the range is all there is to check
+        _FOP_LAST = (op, T, t, e[0], e[1], e[3], base, unit, (size - e[2]) // unit)
+    return True
+
+
+def _cas_entry(T):
+    """The near path's entry for Compare_and_swap on elements of ``T``: ``(compiled cas_ndarray,
+    element size, dtype, align mask)``, or False."""
     dt = _NPS.get(id(T))
     if dt is None:
         dt = _np_near(T)
@@ -1105,6 +1130,24 @@ def _cas_near(T):
             e = (fn, dt.itemsize, dt, mask)
     _CASS[id(T)] = e
     return e
+
+
+def _cas_near(t, o, c, r, disp, T) -> bool:
+    """Compare_and_swap on the near path, as :func:`_fop_near`."""
+    global _CAS_LAST
+    e = _CASS.get(id(T))
+    if e is None:
+        e = _cas_entry(T)
+    if not (e and type(o) is _NDARRAY is type(c) and type(r) is _NDARRAY and o.dtype is e[2] is c.dtype
+            and r.dtype is e[2]):
+        return False
+    base, unit, size = t
+    off = disp * unit
+    if not (0 <= off <= size - e[1] and not (base + off) & e[3]) or e[0](base + off, id(o), id(c), id(r)):
+        return False
+    if not (base | unit) & e[3]:
+        _CAS_LAST = (T, t, e[0], e[2], base, unit, (size - e[1]) // unit)
+    return True
 
 
 def _same_size(onbytes: int, tnbytes: int, call: str, what: str = "origin") -> None:

@@ -199,6 +199,9 @@ def _refusals(flavor):
     out = {}
     win.Lock(nxt, MPI.LOCK_EXCLUSIVE)
     near = sorted(win._st.near)
+    # calls that succeed first: the near path remembers them, and the calls below reuse that
+    win.Fetch_and_op(i8(0), i8(), nxt, 1)  # SUM of 0 (LONG arrays): changes nothing
+    win.Compare_and_swap(i8(1), i8(-5), i8(), nxt, 1)  # slot 1 is not -5: no swap
     for what, call in [
         ("Fetch_and_op at disp 8", lambda: win.Fetch_and_op(i8(1), i8(), nxt, 8)),
         ("Fetch_and_op at disp -1", lambda: win.Fetch_and_op(i8(1), i8(), nxt, -1)),
@@ -314,3 +317,102 @@ def MPI_ERR(name):
     from gpumpi import MPI
 
     return getattr(MPI, "ERR_" + name)
+
+
+def _misaligned(count):
+    """Every rank adds 1 ``count`` times to an int64 and an int32 at misaligned addresses of rank
+    0's window (disp_unit 1), by Fetch_and_op, Accumulate and Compare_and_swap loops, and checks
+    what it fetched; rank 0 returns the totals."""
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    win = MPI.Win.Allocate(32 if c.rank == 0 else 0, 1, MPI.INFO_NULL, c)
+    win.Lock_all()
+    one64, one32 = np.ones(1, np.int64), np.ones(1, np.int32)
+    seen = []
+    for i in range(count):
+        res = np.zeros(1, np.int64)
+        win.Fetch_and_op(one64, res, 0, 4, MPI.SUM)  # bytes 4..11: not a multiple of 8
+        seen.append(int(res[0]))
+        win.Accumulate([one32, MPI.INT32_T], 0, (13, 1, MPI.INT32_T), MPI.SUM)  # bytes 13..16
+        while True:  # a Compare_and_swap increment of the int64 at bytes 20..27
+            cur = np.zeros(1, np.int64)
+            win.Get_accumulate(one64, cur, 0, 20, MPI.NO_OP)
+            old = np.zeros(1, np.int64)
+            win.Compare_and_swap(cur + 1, cur, old, 0, 20)
+            if old[0] == cur[0]:
+                break
+    win.Unlock_all()
+    c.Barrier()
+    out = None
+    if c.rank == 0:
+        win.Lock(0)
+        mem = np.frombuffer(win.tomemory(), np.uint8)
+        out = (int(mem[4:12].view(np.int64)[0]), int(mem[13:17].view(np.int32)[0]),
+               int(mem[20:28].view(np.int64)[0]))
+        win.Unlock(0)
+    c.Barrier()
+    win.Free()
+    return out, seen
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_misaligned_elements_are_atomic(n):
+    """MPI puts no alignment rule on displacements: an element at a misaligned address of mapped
+    memory takes the accumulate lock instead of an instruction, and stays atomic."""
+    count = 300
+    got = run_ranks(_misaligned, n, timeout=100, args=(count,))
+    assert got[0][0] == (count * n,) * 3
+    fetched = sorted(v for _, seen in got for v in seen)
+    assert fetched == list(range(count * n))
+
+
+def _two_windows():
+    """Alternating windows, targets and types: the near path's memory of the last call never
+    carries over to another window, target or epoch.  Window 0 has disp_unit 8, window 1
+    disp_unit 4 (its int64 at byte 12 is misaligned: the general path)."""
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    wins = [MPI.Win.Allocate(64, 8, MPI.INFO_NULL, c), MPI.Win.Allocate(64, 4, MPI.INFO_NULL, c)]
+    for w in wins:
+        w.Lock_all()
+    res = np.zeros(1, np.int64)
+    for i in range(6):
+        for k, w in enumerate(wins):
+            for t in range(n):
+                w.Fetch_and_op(np.array([1 + k], np.int64), res, t, 1 if k == 0 else 3, MPI.SUM)
+                w.Compare_and_swap(np.array([i + 1], np.int64), np.array([i], np.int64), res, t, 6)
+    for k, w in enumerate(wins):
+        w.Unlock_all()
+        w.Lock_all()  # a new epoch: the same targets again
+        w.Fetch_and_op(np.ones(1, np.int64), res, r, 7 if k == 0 else 10, MPI.SUM)
+        w.Unlock_all()
+    c.Barrier()
+    out = []
+    for w in wins:
+        w.Lock(r)
+        out.append(np.frombuffer(w.tomemory(), np.uint8).copy())
+        w.Unlock(r)
+    c.Barrier()
+    for w in wins:
+        w.Free()
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_alternating_windows_targets_and_epochs(n):
+    got = run_ranks(_two_windows, n, timeout=100)
+    for a, b in got:
+        want = np.zeros(64, np.uint8)
+        v = want.view(np.int64)
+        # window 0: every rank adds 1 to slot 1 six times; the Compare_and_swap chain i -> i + 1 for
+        # i = 0..5 from every rank ends at 6 whatever the interleaving; slot 7: one add of the owner
+        v[1], v[6], v[7] = 6 * n, 6, 1
+        assert np.array_equal(a, want), a.view(np.int64)
+        want = np.zeros(64, np.uint8)
+        want[12:20].view(np.int64)[0] = 12 * n  # 2 six times from every rank, at byte 12
+        want[24:32].view(np.int64)[0] = 6  # disp 6 * 4
+        want[40:48].view(np.int64)[0] = 1  # disp 10 * 4
+        assert np.array_equal(b, want), b
