@@ -33,7 +33,10 @@ element is updated with one (``atomicrmw``, or a ``cmpxchg`` loop);
 windows use device atomics for the same types.  Everywhere else (private memory by
 CMA, complex, ``long double`` and pair types)
 an accumulate holds the target's *accumulate lock* for its read-modify-write, and
-every origin takes the same path for that target, so updates never interleave.
+every origin takes the same path for that target, so updates never interleave.  So
+does an element of mapped memory at an address that is no multiple of its size (MPI
+sets no alignment rule; an instruction needs one): every origin of that element and
+type finds it misaligned and takes the lock.
 
 The control block (a memfd per member, mapped by all; 64-bit words):
 
@@ -55,7 +58,8 @@ traffic) with the engine's backoff.
 Synchronization calls are checked by :class:`gpumpi._rmasync.Epochs` before they
 act.  After every change of the lock epochs, :attr:`Window.near` lists the targets that
 the open passive target epoch includes and whose memory is mapped here (``Region.atomic``):
-``Win``'s near path serves those without asking the epochs again.  ``Fence`` is a barrier on the window's private communicator (operations
+``Win``'s near path serves those without asking the epochs again.  ``Fence`` is a
+barrier on the window's private communicator (operations
 are complete when issued, so a fence only orders); ``Post``/``Complete`` bump the
 peer's counter, ``Start`` and ``Wait`` wait for them (``Start`` lazily, at the
 first operation to a target or at ``Complete``); ``Flush*`` and ``Sync`` are
@@ -622,23 +626,17 @@ class Window:
                 offs = np.arange(plan.lo, plan.lo + n, unit, dtype=np.int64)
             else:
                 offs = plan.byte_index(n)[::unit].astype(np.int64) + plan.lo
-            if g.mode != "device" and ((addr + offs) % unit).any():
-                return self._locked_accumulate(g, addr, plan, red, packed, op_name, fetch, call)
             vals = np.ascontiguousarray(packed[:n]).view(dtype)
+            if g.mode != "device":
+                mis = ((addr + offs) % unit) != 0
+                if mis.any():
+                    return self._misaligned(g, addr, offs, mis, vals, red, op_name, fetch, call)
             old = np.empty(len(vals), dtype) if fetch else None
             if g.mode == "device":
                 self._device_accumulate(g, addr, offs, vals, op_name, dtype, old)
             else:
                 A.accumulate(addr, offs, vals, op_name, old)
             return old.view(_U8) if fetch else None
-        return self._locked_accumulate(g, addr, plan, red, packed, op_name, fetch, call)
-
-    def _locked_accumulate(self, g: Region, addr: int, plan, red, packed, op_name: str, fetch: bool, call: str):
-        """The read-modify-write of :meth:`accumulate` under the target's accumulate lock: types with
-        no instruction, memory not mapped here, misaligned elements (an instruction needs alignment;
-        every origin of the same element and type takes the same path)."""
-        A = _atomics()
-        n = plan.nbytes
         word = self._acc_lock(g, call)
         try:
             cur = self.read(g, addr, plan, call)
@@ -650,6 +648,37 @@ class Window:
             A.fence()
             A.store64(word, 0)
         return old
+
+    def _misaligned(self, g: Region, addr: int, offs, mis, vals, red, op_name: str, fetch: bool, call: str):
+        """:meth:`accumulate` on mapped memory where the elements ``mis`` lie at addresses that are no
+        multiple of their size (MPI sets no alignment rule; an atomic instruction needs one): those
+        are read, reduced and written one by one under the target's accumulate lock, the others
+        still take their instruction, so every origin of one element and type takes one path."""
+        A = _atomics()
+        dtype = vals.dtype
+        unit = dtype.itemsize
+        old = np.empty(len(vals), dtype) if fetch else None
+        ok = ~mis
+        if ok.any():
+            part = np.empty(int(ok.sum()), dtype) if fetch else None
+            A.accumulate(addr, offs[ok], vals[ok], op_name, part)
+            if fetch:
+                old[ok] = part
+        word = self._acc_lock(g, call)
+        try:
+            cur = np.empty(unit, _U8)
+            for i in np.flatnonzero(mis).tolist():  # in order: an offset may repeat
+                cell = _raw_array(addr + int(offs[i]), unit)
+                cur[:] = cell
+                if fetch:
+                    old[i:i + 1].view(_U8)[:] = cur
+                if op_name != "NO_OP":
+                    red.host(vals[i:i + 1].view(_U8), cur)
+                    cell[:] = cur
+        finally:
+            A.fence()
+            A.store64(word, 0)
+        return old.view(_U8) if fetch else None
 
     def _device_accumulate(self, g: Region, addr: int, offs, vals, op_name: str, dtype, old) -> None:
         """The device kernels on ``g``'s memory: offsets and values staged in device memory."""

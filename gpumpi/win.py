@@ -1010,10 +1010,11 @@ class Win(Handle):
 # fail and every operation completes when issued, so an operation whose arguments are the
 # simple kind (NumPy arrays, ``[array, T]`` with ``T`` the predefined type of the elements,
 # int rank and displacement, inside the window, aligned) is one call into machine code with
-# int arguments (:func:`gpumpi.kernels.atomics.fop_into`, ``cas_into``, ``raw``), which also
-# writes the fetched element into the result array.  Anything else, errors included, falls
-# through to the general path, which checks and reports exactly as before.  The caches below
-# are keyed by the identity of module constants (immortal), so an id is never reused.
+# int arguments (:func:`gpumpi.kernels.atomics.fop_ndarray`, ``cas_ndarray``, ``raw``), which
+# also checks the arrays' headers and writes the fetched element into the result array.  Anything
+# else, errors included, falls through to the general path, which checks and reports exactly as
+# before.  The caches below are keyed by the identity of module constants (immortal), so an id is
+# never reused; _FOP_LAST/_CAS_LAST hold what they name, so neither is theirs.
 
 _NDARRAY = np.ndarray
 _NONE2 = (None, None)

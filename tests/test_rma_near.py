@@ -320,15 +320,17 @@ def MPI_ERR(name):
 
 
 def _misaligned(count):
-    """Every rank adds 1 ``count`` times to an int64 and an int32 at misaligned addresses of rank
-    0's window (disp_unit 1), by Fetch_and_op, Accumulate and Compare_and_swap loops, and checks
-    what it fetched; rank 0 returns the totals."""
+    """Every rank adds 1 ``count`` times to int64s and an int32 at misaligned addresses of rank 0's
+    window (disp_unit 1), by Fetch_and_op, Accumulate and Compare_and_swap loops, and by an
+    Accumulate of a type with one aligned and one misaligned element while Fetch_and_op adds to
+    each of the two alone; checks what it fetched; rank 0 returns the totals."""
     from gpumpi import MPI
 
     c = MPI.COMM_WORLD
-    win = MPI.Win.Allocate(32 if c.rank == 0 else 0, 1, MPI.INFO_NULL, c)
+    win = MPI.Win.Allocate(64 if c.rank == 0 else 0, 1, MPI.INFO_NULL, c)
+    two = MPI.INT64_T.Create_hindexed([1, 1], [32, 44]).Commit()  # bytes 32..39 and 44..51
     win.Lock_all()
-    one64, one32 = np.ones(1, np.int64), np.ones(1, np.int32)
+    one64, one32, ones = np.ones(1, np.int64), np.ones(1, np.int32), np.ones(2, np.int64)
     seen = []
     for i in range(count):
         res = np.zeros(1, np.int64)
@@ -342,14 +344,18 @@ def _misaligned(count):
             win.Compare_and_swap(cur + 1, cur, old, 0, 20)
             if old[0] == cur[0]:
                 break
+        win.Accumulate([ones, MPI.INT64_T], 0, (0, 1, two), MPI.SUM)
+        win.Fetch_and_op(one64, res, 0, 32 if i % 2 else 44, MPI.SUM)
     win.Unlock_all()
+    two.Free()
     c.Barrier()
     out = None
     if c.rank == 0:
         win.Lock(0)
         mem = np.frombuffer(win.tomemory(), np.uint8)
         out = (int(mem[4:12].view(np.int64)[0]), int(mem[13:17].view(np.int32)[0]),
-               int(mem[20:28].view(np.int64)[0]))
+               int(mem[20:28].view(np.int64)[0]), int(mem[32:40].view(np.int64)[0]),
+               int(mem[44:52].view(np.int64)[0]))
         win.Unlock(0)
     c.Barrier()
     win.Free()
@@ -359,10 +365,12 @@ def _misaligned(count):
 @pytest.mark.parametrize("n", [1, 2])
 def test_misaligned_elements_are_atomic(n):
     """MPI puts no alignment rule on displacements: an element at a misaligned address of mapped
-    memory takes the accumulate lock instead of an instruction, and stays atomic."""
+    memory takes the accumulate lock instead of an instruction, and stays atomic; the aligned
+    elements of the same call keep their instruction (which every other origin of them uses)."""
     count = 300
     got = run_ranks(_misaligned, n, timeout=100, args=(count,))
-    assert got[0][0] == (count * n,) * 3
+    half = count // 2
+    assert got[0][0] == (count * n, count * n, count * n, (count + half) * n, (count + count - half) * n)
     fetched = sorted(v for _, seen in got for v in seen)
     assert fetched == list(range(count * n))
 
