@@ -164,7 +164,7 @@ class Window:
     def _admit(self) -> None:
         """Recompute :attr:`near` from the epochs: the targets whose memory is mapped here
         (``Region.atomic``, not dynamic) and which the open passive target epoch includes, each
-        as ``(address of its window, disp_unit, size)``.  ``Win``'s fast paths act on these
+        as ``(address of its window, disp_unit, size)``.  ``Win``'s near path acts on these
         without asking the epochs; every change of the lock epochs ends here."""
         near = self.near
         near.clear()
@@ -627,8 +627,8 @@ class Window:
             else:
                 offs = plan.byte_index(n)[::unit].astype(np.int64) + plan.lo
             vals = np.ascontiguousarray(packed[:n]).view(dtype)
-            if g.mode != "device":
-                mis = ((addr + offs) % unit) != 0
+            if g.mode != "device" and ((addr + plan.lo) % unit if plan.kind == "contig" else True):
+                mis = ((addr + offs) % unit) != 0  # contiguous: all or none, by the first
                 if mis.any():
                     return self._misaligned(g, addr, offs, mis, vals, red, op_name, fetch, call)
             old = np.empty(len(vals), dtype) if fetch else None

@@ -68,7 +68,7 @@ __all__ = ["Win", "WIN_NULL"]
 
 _NULL_H = 0x20000000
 _MODES = MODE_NOCHECK | MODE_NOSTORE | MODE_NOPUT | MODE_NOPRECEDE | MODE_NOSUCCEED
-#: native scalar types read and written in place by the Fetch_and_op fast path
+#: native scalar types read and written in place by the general Fetch_and_op path (one instruction)
 _CTYPES = {np.dtype(t): c for t, c in ((np.int8, ctypes.c_int8), (np.int16, ctypes.c_int16), (np.int32, ctypes.c_int32),
                                        (np.int64, ctypes.c_int64), (np.uint8, ctypes.c_uint8),
                                        (np.uint16, ctypes.c_uint16), (np.uint32, ctypes.c_uint32),
