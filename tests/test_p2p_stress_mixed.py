@@ -907,6 +907,9 @@ def _stress(seed: int, MPI=None) -> dict:
     stats["sent"] = int(mine[0])
     stats["eager_limit"] = eager
     stats["seconds"] = round(time.perf_counter() - t0, 2)
+    from gpumpi import _runtime as rt
+
+    stats["compiled"] = rt.ENGINE.frecv is not None  # the small-message fast path was in use
     return dict(stats)
 
 
@@ -918,9 +921,12 @@ def _run(n: int, env=None) -> list:
         raise AssertionError(f"stress seed {SEED} (rerun with GPUMPI_STRESS_SEED={SEED}) at {n} ranks:\n{e}") from None
 
 
-@pytest.mark.parametrize("n", [2, 3, 4])
-def test_mixed_traffic_loses_duplicates_and_reorders_nothing(n):
-    got = _run(n)
+@pytest.mark.parametrize("n, fast", [(2, "on"), (3, "on"), (4, "on"), (3, "auto"), (3, "off")])
+def test_mixed_traffic_loses_duplicates_and_reorders_nothing(n, fast):
+    """GPUMPI_FASTPATH: on, the compiled small-message path from the first message (mixed with the
+    general path wherever it declines); auto, switched on mid-run; off, the general path alone."""
+    got = _run(n, env={"GPUMPI_FASTPATH": fast})
+    assert all(st["compiled"] == (fast != "off") for st in got), [st["compiled"] for st in got]
     mix = Counter()
     for st in got:
         mix.update(st)
@@ -938,7 +944,7 @@ def test_mixed_traffic_loses_duplicates_and_reorders_nothing(n):
 def test_mixed_traffic_with_small_rings():
     """Rings of 64 KiB with an eager limit of about 32 KiB: eager sends often find their ring full and
     wait in the backlog (a few dozen per run), so a later send must not overtake them."""
-    got = _run(3, env={"GPUMPI_RING_SIZE": "65536", "GPUMPI_EAGER_LIMIT": "32768"})
+    got = _run(3, env={"GPUMPI_RING_SIZE": "65536", "GPUMPI_EAGER_LIMIT": "32768", "GPUMPI_FASTPATH": "on"})
     assert all(16384 < st["eager_limit"] <= 32768 for st in got), got  # half a ring (less frame overhead)
 
 
