@@ -971,7 +971,7 @@ def _with_header(msgs):
     return [i for i, m in enumerate(msgs) if m.raw.size >= 8]
 
 
-@pytest.mark.parametrize("fault, match", [("lose", "lost or reordered"), ("duplicate", "duplicated or reordered"),
+@pytest.mark.parametrize("fault, match", [("lose", "lost"), ("duplicate", "duplicated"),
                                           ("swap", "reordered"), ("corrupt", "checksum mismatch"),
                                           ("source", "was received as")])
 def test_checker_catches(fault, match):
