@@ -188,6 +188,7 @@ class Engine:
         self.fsend = self.frecv = self.fwait = None
         self.ftab = self.fout = self.fring = None
         self.fsize = 0
+        self._tls = threading.local()  # recv_fast's result array of each thread but the only one
         self._handlers = {
             P.EAGER: self._on_envelope, P.RTS: self._on_envelope, P.DATA: self._on_data, P.WRT: self._on_wrt,
             P.WDONE: self._on_wdone, P.ACK: self._on_ack, P.CTS: self._on_cts, P.CANCEL: self._on_cancel,
@@ -418,10 +419,11 @@ class Engine:
         large, frames queued ahead, no room, a failed peer, not compiled yet): the caller posts
         it through :meth:`isend`."""
         fs = self.fsend
-        if fs is None and not self._fast_tick():
-            return False
-        fs = self.fsend
-        if nbytes > self.eager_limit or self.tr.backlog[wpeer] is not None or (self.failed and wpeer in self.failed):
+        if fs is None:
+            if not self._fast_tick():
+                return False
+            fs = self.fsend
+        if nbytes > self.eager_limit or self.tr.backlog[wpeer] is not None or self.failed:
             return False
         if _threads():
             with self.lock:
@@ -438,40 +440,62 @@ class Engine:
         q = self.matcher._ctx.get(ctx)
         return q is None or not (q.posted or q.unexpected)
 
-    def recv_fast(self, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int) -> bool:
+    def recv_fast(self, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int):
         """Blocking receive of an eager message into ``cap`` bytes at ``addr`` by the compiled path,
-        which spins on the rings with the GIL released: True, received (``fout``: source, tag,
-        bytes, signature); False, nothing was consumed -- something else arrived or waits (another
+        which spins on the rings with the GIL released: received, an int64 array of source, tag,
+        bytes and signature (the calling thread's: read it before the next call); None, nothing
+        was consumed -- something else arrived or waits (another
         peer's frame, a rendezvous, a message to truncate or of another type, a failure): the
         caller posts the receive through :meth:`irecv`, which sees every frame in order.
 
         With other threads running, frames are consumed only under the engine lock and the spin
         runs outside it (:func:`gpumpi.ipc.fastring.wait`)."""
         fr = self.frecv
-        if fr is None and not self._fast_tick():
-            return False
-        fr = self.frecv
-        if not self._fast_clear(ctx):
-            return False
+        if fr is None:
+            if not self._fast_tick():
+                return None
+            fr = self.frecv
+        if self.tr.nbacklog or self.pushing or self.ready or self.failed:
+            return None
+        q = self.matcher._ctx.get(ctx)
+        if q is not None and (q.posted or q.unexpected):
+            return None
         if not self.typecheck:
             sig = 0
-        tab, out = self.ftab, self.fout
+        if _threads():
+            return self._recv_fast_shared(fr, source, wpeer, tag, ctx, addr, cap, sig)
+        out = self.fout  # the only thread: the engine's own result array
+        rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, _SPIN_FIRST, self.epoch, out)
+        if rc == _GOT:
+            return out
+        spins = 0
+        while rc == _EMPTY:  # nothing yet: back off between short spins (oversubscribed cores)
+            spins += 1
+            self.backoff(spins + 50)
+            if _threads():
+                return self._recv_fast_shared(fr, source, wpeer, tag, ctx, addr, cap, sig)
+            rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, _SPIN_NEXT, self.epoch, out)
+        return out if rc == _GOT else None
+
+    def _recv_fast_shared(self, fr, source, wpeer, tag, ctx, addr, cap, sig):
+        """:meth:`recv_fast` with other threads about: consume under the lock, spin outside it;
+        the result goes to an array of the calling thread's own."""
+        tab = self.ftab
+        out = getattr(self._tls, "out", None)
+        if out is None:
+            out = self._tls.out = self.fout.copy()
         spins = 0
         budget = _SPIN_FIRST
         while True:
-            if _threads():
-                with self.lock:
-                    if not self._fast_clear(ctx):
-                        return False
-                    rc = fr(tab, wpeer, ctx, source, tag, sig, addr, cap, 1, self.epoch, out)
-                if rc == _EMPTY:
-                    self.fwait(tab, budget, self.epoch)  # outside the lock; then look again under it
-            else:
-                rc = fr(tab, wpeer, ctx, source, tag, sig, addr, cap, budget, self.epoch, out)
+            with self.lock:
+                if not self._fast_clear(ctx):
+                    return None
+                rc = fr(tab, wpeer, ctx, source, tag, sig, addr, cap, 1, self.epoch, out)
             if rc == _GOT:
-                return True
+                return out
             if rc != _EMPTY:
-                return False
+                return None
+            self.fwait(tab, budget, self.epoch)  # GIL released, lock free: then look again under it
             spins += 1
             budget = _SPIN_NEXT
             self.backoff(spins + 50)
@@ -480,8 +504,10 @@ class Engine:
              sig: int = 0):
         """Blocking receive into host memory ``mem`` (``cap`` bytes at ``addr``): the completed
         operation (``err``, ``st_source``, ``st_tag``, ``st_nbytes``, ``msig``); errors are not raised."""
-        if addr is not None and self.recv_fast(source, wpeer, tag, ctx, addr, cap, sig):
-            return _Got(*self.fout.tolist())
+        if addr is not None:
+            o = self.recv_fast(source, wpeer, tag, ctx, addr, cap, sig)
+            if o is not None:
+                return _Got(*o.tolist())
         x = self.irecv(mem, cap, source, wpeer, tag, ctx, call, addr, sig)
         if not x.done:
             self.wait(x)

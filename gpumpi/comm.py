@@ -700,10 +700,11 @@ class Comm(Handle):
             if h is not None and type(source) is int and type(tag) is int and self._ctx >= 0 and \
                     -2 <= source < len(self._w) and source != -1 and -1 <= tag <= TAG_UB_VALUE:
                 eng = _rt.ENGINE
-                if self._ctx not in eng.freed_ctx and \
-                        eng.recv_fast(source, source if source < 0 else self._w[source], tag, self._ctx, h[0], h[1], h[2]):
+                o = None if self._ctx in eng.freed_ctx else \
+                    eng.recv_fast(source, source if source < 0 else self._w[source], tag, self._ctx, h[0], h[1], h[2])
+                if o is not None:
                     if status is not None:
-                        src, tg, n, _ = eng.fout.tolist()
+                        src, tg, n, _ = o.tolist()
                         status._fill(src, tg, n)
                     return
             if type(buf) is _ndarray and type(source) is int and type(tag) is int and self._ctx >= 0 and \
@@ -780,10 +781,11 @@ class Comm(Handle):
                 eng = _rt.ENGINE
                 if hr is not None and self._ctx not in eng.freed_ctx and \
                         eng.send_fast(self._w[dest], self._rank, self._ctx, sendtag, hs[0], hs[1], hs[2]):
-                    if eng.recv_fast(source, source if source < 0 else self._w[source], recvtag, self._ctx,
-                                     hr[0], hr[1], hr[2]):
+                    o = eng.recv_fast(source, source if source < 0 else self._w[source], recvtag, self._ctx,
+                                      hr[0], hr[1], hr[2])
+                    if o is not None:
                         if status is not None:
-                            src, tg, nb, _ = eng.fout.tolist()
+                            src, tg, nb, _ = o.tolist()
                             status._fill(src, tg, nb)
                         return
                     self._wait(self._irecv(recvbuf, source, recvtag, "Sendrecv", stream), status, "Sendrecv")

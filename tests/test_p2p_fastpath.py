@@ -152,10 +152,13 @@ def _threads_fast():
         try:
             cc = comms[t]
             a = np.zeros(4, "i8")
+            st = MPI.Status()
             for k in range(300):
                 out = np.array([r, t, k, 7], "i8")
-                cc.Sendrecv(out, (r + 1) % n, k, a, (r - 1) % n, k)
+                cc.Sendrecv(out, (r + 1) % n, k + t, a, MPI.ANY_SOURCE, MPI.ANY_TAG, st)
                 assert a.tolist() == [(r - 1) % n, t, k, 7], a
+                # each thread's status is its own message's, though all threads share the engine
+                assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.INT64_T)) == ((r - 1) % n, k + t, 4)
         except BaseException as e:  # noqa: BLE001 -- reported below
             errors.append(repr(e))
 
