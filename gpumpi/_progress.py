@@ -67,8 +67,11 @@ _sleep = time.sleep
 _threads = _thread._count  # threads started from Python besides the main one (0: this is the only one)
 
 #: compiled fast path (gpumpi.ipc.fastring): spin rounds of a blocking receive's first wait,
-#: and of each later one (between them the wait backs off as ``Engine.wait`` does)
-_SPIN_FIRST, _SPIN_NEXT = 1024, 64  # about 26 us and 1.7 us on the 2-core machine
+#: and of each later one (between them the wait backs off as ``Engine.wait`` does); about 26 us
+#: and 1.7 us on the 2-core machine.  With more ranks on the node than cores this rank may run
+#: on, the peer that would answer may be waiting for this very core: spin briefly, then yield.
+_SPIN = (1024, 64)
+_SPIN_OVERSUBSCRIBED = (32, 16)
 _EMPTY, _GOT = 0, 1  # fastring's results
 
 SEND, RECV, GREQ = 0, 1, 2
@@ -189,6 +192,11 @@ class Engine:
         self.ftab = self.fout = self.fring = None
         self.fsize = 0
         self._tls = threading.local()  # recv_fast's result array of each thread but the only one
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        self.spin_first, self.spin_next = _SPIN_OVERSUBSCRIBED if cfg.local_size > cores else _SPIN
         self._handlers = {
             P.EAGER: self._on_envelope, P.RTS: self._on_envelope, P.DATA: self._on_data, P.WRT: self._on_wrt,
             P.WDONE: self._on_wdone, P.ACK: self._on_ack, P.CTS: self._on_cts, P.CANCEL: self._on_cancel,
@@ -465,7 +473,7 @@ class Engine:
         if _threads():
             return self._recv_fast_shared(fr, source, wpeer, tag, ctx, addr, cap, sig)
         out = self.fout  # the only thread: the engine's own result array
-        rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, _SPIN_FIRST, self.epoch, out)
+        rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, self.spin_first, self.epoch, out)
         if rc == _GOT:
             return out
         spins = 0
@@ -474,7 +482,7 @@ class Engine:
             self.backoff(spins + 50)
             if _threads():
                 return self._recv_fast_shared(fr, source, wpeer, tag, ctx, addr, cap, sig)
-            rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, _SPIN_NEXT, self.epoch, out)
+            rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, self.spin_next, self.epoch, out)
         return out if rc == _GOT else None
 
     def _recv_fast_shared(self, fr, source, wpeer, tag, ctx, addr, cap, sig):
@@ -485,7 +493,7 @@ class Engine:
         if out is None:
             out = self._tls.out = self.fout.copy()
         spins = 0
-        budget = _SPIN_FIRST
+        budget = self.spin_first
         while True:
             with self.lock:
                 if not self._fast_clear(ctx):
@@ -497,7 +505,7 @@ class Engine:
                 return None
             self.fwait(tab, budget, self.epoch)  # GIL released, lock free: then look again under it
             spins += 1
-            budget = _SPIN_NEXT
+            budget = self.spin_next
             self.backoff(spins + 50)
 
     def recv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None,
@@ -864,7 +872,7 @@ class Engine:
             spins += 1
             fw = self.fwait
             if fw is not None and not (self.tr.nbacklog or self.pushing or self.ready):
-                fw(self.ftab, _SPIN_FIRST if spins == 1 else _SPIN_NEXT, self.epoch)
+                fw(self.ftab, self.spin_first if spins == 1 else self.spin_next, self.epoch)
                 if spins > 1:
                     self.backoff(spins + 50)
             elif spins > 50:
