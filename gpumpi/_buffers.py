@@ -72,10 +72,11 @@ from ._arrays import (
 )
 from .constants import BOTTOM, PROC_NULL
 from .datatypes._core import _PREDEFINED_COMBINERS, Datatype
+from .datatypes.flatten import sigcode
 from .datatypes.predefined import lookup_typecode
 from .errors import ERR_TYPE, error
 
-__all__ = ["Msg", "MsgV", "message_simple", "message_vector"]
+__all__ = ["Msg", "MsgV", "message_simple", "message_vector", "host_fast"]
 
 _id = id
 _ndarray = np.ndarray
@@ -307,6 +308,71 @@ def message_simple(spec, readonly: bool, rank: int, blocks: int = 1, call: str =
                 m.contiguous = True
                 return m
     return _message_simple(spec, readonly, blocks, call)
+
+
+_FAST_DT: dict = {}  # id(builtin NumPy dtype) -> signature code, or None: not for host_fast
+_FAST_TYPE: dict = {}  # id(predefined Datatype) -> (size, signature code), for types with size == extent
+
+
+def _fast_dtype(dtype):
+    code = None
+    if dtype.isbuiltin == 1 and dtype.isnative:  # builtin dtypes live forever: their id is theirs
+        try:
+            code = sigcode(lookup_dtype(dtype))
+        except (KeyError, BufferError, ValueError, TypeError):
+            code = None
+        _FAST_DT[id(dtype)] = code
+    return code
+
+
+def _fast_types() -> None:
+    from .datatypes import predefined
+
+    for name in predefined.PREDEFINED_NAMES:
+        dt = getattr(predefined, name)
+        if isinstance(dt, Datatype) and dt._size and dt._size == dt._extent and not dt._lb:
+            _FAST_TYPE[id(dt)] = (dt._size, sigcode(dt))  # predefined types live forever
+
+
+def host_fast(spec, writable: bool):
+    """``(address, nbytes, signature code)`` of the commonest point-to-point spec -- a whole
+    contiguous NumPy array, bare or as ``[array, predefined datatype]`` -- read from the array
+    header with a dict lookup or two (the cached plan of the two spec shapes the fast path
+    serves); None for anything else, which :func:`message_simple` parses (and reports)."""
+    t = type(spec)
+    if t is _ndarray:
+        a = spec
+        sig = _FAST_DT.get(id(a.dtype), -1)
+        if sig == -1:
+            sig = _fast_dtype(a.dtype)
+        if sig is None:
+            return None
+        n = a.nbytes
+    elif (t is list or t is tuple) and len(spec) == 2:
+        a, dt = spec
+        if type(a) is not _ndarray:
+            return None
+        e = _FAST_TYPE.get(id(dt))
+        if e is None:
+            if _FAST_TYPE:
+                return None
+            _fast_types()
+            e = _FAST_TYPE.get(id(dt))
+            if e is None:
+                return None
+        n = a.nbytes
+        if n % e[0]:
+            return None
+        sig = e[1]
+    else:
+        return None
+    if not _PEEK:
+        return None
+    i = _id(a) >> 3
+    fl = _FLAGS[i]
+    if not fl & 3 or (writable and not fl & 0x400):
+        return None
+    return _DATA[i], n, sig
 
 
 def _strided(a) -> bool:

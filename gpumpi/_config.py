@@ -41,6 +41,9 @@ GPUMPI_TRANSPORTS     transport choice per memory kind, in order of preference, 
                       last of each is always kept as the last resort.
 GPUMPI_DEVICE         auto (default), sim, or none.
 GPUMPI_ASYNC_PROGRESS 1: start a progress thread.
+GPUMPI_FASTPATH       auto (default), on or off: the compiled small-message path
+                      (:mod:`gpumpi.ipc.fastring`); auto compiles it after 256 eligible calls,
+                      so short programs never import numba for it.
 GPUMPI_NVTX           0: disable NVTX ranges even when nvtx is importable (default 1).
 GPUMPI_FAULTHANDLER   0: the rank does not register faulthandler on SIGUSR1 (test harnesses
                       that register their own dump file set this).
@@ -81,6 +84,7 @@ class Config:
     transports: str = ""
     device: str = "auto"
     async_progress: bool = False
+    fastpath: int = 256  # compiled small-message path: after this many eligible calls (0: at once, -1: never)
     nvtx: bool = True
     faulthandler: bool = True
     pickle_protocol: int | None = None
@@ -100,6 +104,19 @@ def _int(env, name: str, default: int) -> int:
         return int(v, 0)
     except ValueError:
         raise ValueError(f"gpumpi: environment variable {name} is not an integer ({v!r})") from None
+
+
+def _fastpath(v: str) -> int:
+    """``GPUMPI_FASTPATH``: ``auto`` (default: compile after 256 eligible small-message calls,
+    so short programs never import numba), ``on``/``1`` (at once), ``off``/``0`` (never)."""
+    v = (v or "auto").strip().lower()
+    if v == "auto":
+        return 256
+    if v in ("1", "on", "true", "yes"):
+        return 0
+    if v in ("0", "off", "false", "no"):
+        return -1
+    raise ValueError(f"gpumpi: GPUMPI_FASTPATH must be auto, on or off ({v!r})")
 
 
 def _bool(env, name: str, default: bool) -> bool:
@@ -153,6 +170,7 @@ def _read(env) -> Config:
         transports=transports,
         device=env.get("GPUMPI_DEVICE", "auto").strip().lower() or "auto",
         async_progress=_bool(env, "GPUMPI_ASYNC_PROGRESS", False),
+        fastpath=_fastpath(env.get("GPUMPI_FASTPATH", "")),
         nvtx=_bool(env, "GPUMPI_NVTX", True),
         faulthandler=_bool(env, "GPUMPI_FAULTHANDLER", True),
         pickle_protocol=_int(env, "MPI4PY_PICKLE_PROTOCOL", 0) if env.get("MPI4PY_PICKLE_PROTOCOL") else None,

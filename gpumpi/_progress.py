@@ -42,6 +42,7 @@ is always seen first.
 
 from __future__ import annotations
 
+import _thread
 import os
 import threading
 import time
@@ -63,6 +64,15 @@ from .ipc.jobseg import FINALIZED, FINALIZING, QUIESCENT
 
 _sched_yield = os.sched_yield
 _sleep = time.sleep
+_threads = _thread._count  # threads started from Python besides the main one (0: this is the only one)
+
+#: compiled fast path (gpumpi.ipc.fastring): spin rounds of a blocking receive's first wait,
+#: and of each later one (between them the wait backs off as ``Engine.wait`` does); about 26 us
+#: and 1.7 us on the 2-core machine.  With more ranks on the node than cores this rank may run
+#: on, the peer that would answer may be waiting for this very core: spin briefly, then yield.
+_SPIN = (1024, 64)
+_SPIN_OVERSUBSCRIBED = (32, 16)
+_EMPTY, _GOT = 0, 1  # fastring's results
 
 SEND, RECV, GREQ = 0, 1, 2
 
@@ -122,6 +132,19 @@ class Arrival:
         self.sig = sig
 
 
+class _Got:
+    """A receive the compiled fast path completed (what :meth:`Engine.recv` callers read of an Xfer)."""
+
+    __slots__ = ("st_source", "st_tag", "st_nbytes", "msig")
+    done = True
+    err = SUCCESS
+    errmsg = None
+    cancelled = False
+
+    def __init__(self, source: int, tag: int, nbytes: int, msig: int) -> None:
+        self.st_source, self.st_tag, self.st_nbytes, self.msig = source, tag, nbytes, msig
+
+
 class Engine:
     """Per-process progress engine (see module docstring)."""
 
@@ -162,6 +185,18 @@ class Engine:
         self.fin_state = 0  # the state word this rank published (jobseg), once finalizing
         self.copy_streams: dict = {}  # adapter name -> gpumpi's copy stream (IPC copies, staging)
         self.stream_mode = cfg.stream_mode
+        # the compiled small-message path (send_fast, recv_fast): compiled after ``fast_after``
+        # more eligible calls (-1: never)
+        self.fast_after = cfg.fastpath
+        self.fsend = self.frecv = self.fwait = None
+        self.ftab = self.fout = self.fring = None
+        self.fsize = 0
+        self._tls = threading.local()  # recv_fast's result array of each thread but the only one
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        self.spin_first, self.spin_next = _SPIN_OVERSUBSCRIBED if cfg.local_size > cores else _SPIN
         self._handlers = {
             P.EAGER: self._on_envelope, P.RTS: self._on_envelope, P.DATA: self._on_data, P.WRT: self._on_wrt,
             P.WDONE: self._on_wdone, P.ACK: self._on_ack, P.CTS: self._on_cts, P.CANCEL: self._on_cancel,
@@ -227,6 +262,10 @@ class Engine:
             tr = self.tr
             # the hot path: P.send_plan(...) == "eager", decided inline
             if nbytes <= self.eager_limit and mode != P.SYNCHRONOUS:
+                fs = self.fsend
+                if fs is not None and addrs is not None and len(addrs) == 1 and tr.backlog[wpeer] is None and \
+                        fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addrs[0], nbytes):
+                    return SENT
                 payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
                 if tr.try_send(wpeer, P.EAGER, 0, src, ctx, tag, wire, 0, payload):
                     return SENT
@@ -343,10 +382,140 @@ class Engine:
                 self.progress()
         return x
 
+    # --- the compiled small-message path -----------------------------------------------------
+    def _fast_tick(self) -> bool:
+        """Count one call the fast path could serve; True once it is compiled and ready."""
+        n = self.fast_after
+        if n < 0:
+            return False
+        if n > 0:
+            self.fast_after = n - 1
+            return False
+        self.fast_after = -1
+        with self.lock:
+            self._fast_start()
+        return self.frecv is not None
+
+    def _fast_start(self) -> None:
+        """Compile (or load from the cache) :mod:`gpumpi.ipc.fastring` and describe the rings to it;
+        where it cannot run (no numba, another frame transport) the fast path stays off."""
+        tr = self.tr
+        if self.frecv is not None or not hasattr(tr, "ring_addresses"):
+            return
+        try:
+            from .ipc import fastring
+
+            send, recv, wait = fastring.kernels()
+        except Exception:  # noqa: BLE001 -- numba missing or unable to compile here: the general path serves
+            return
+        import numpy as np
+
+        out, inc = tr.ring_addresses()
+        seg = self.seg
+        tab = [tr.out[0].size, address_of(seg.q) + 24 if seg is not None else 0, len(tr.peers_in)]
+        for p in tr.peers_in:
+            tab += [inc[p], p]
+        self.ftab = np.array(tab, dtype=np.int64)
+        self.fout = np.zeros(4, dtype=np.int64)
+        self.fring = out
+        self.fsize = tr.out[0].size
+        self.fsend, self.fwait, self.frecv = send, wait, recv
+
+    def send_fast(self, wpeer: int, src: int, ctx: int, tag: int, addr: int, nbytes: int, sig: int) -> bool:
+        """A standard send of ``nbytes`` contiguous host bytes at ``addr``, written into the ring to
+        ``wpeer`` now by one compiled call: True, sent (complete); False, nothing was done (too
+        large, frames queued ahead, no room, a failed peer, not compiled yet): the caller posts
+        it through :meth:`isend`."""
+        fs = self.fsend
+        if fs is None:
+            if not self._fast_tick():
+                return False
+            fs = self.fsend
+        if nbytes > self.eager_limit or self.tr.backlog[wpeer] is not None or self.failed:
+            return False
+        if _threads():
+            with self.lock:
+                return self.tr.backlog[wpeer] is None and fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addr,
+                                                              nbytes) == 1
+        return fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addr, nbytes) == 1
+
+    def _fast_clear(self, ctx: int) -> bool:
+        """Whether a new blocking receive on ``ctx`` is served by the next matching frame alone:
+        no receive posted or message waiting on ``ctx`` (they come first in MPI order), and no
+        duty for a progress pass (queued frames, pushes, collective rounds, failed peers)."""
+        if self.tr.nbacklog or self.pushing or self.ready or self.failed:
+            return False
+        q = self.matcher._ctx.get(ctx)
+        return q is None or not (q.posted or q.unexpected)
+
+    def recv_fast(self, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int):
+        """Blocking receive of an eager message into ``cap`` bytes at ``addr`` by the compiled path,
+        which spins on the rings with the GIL released: received, an int64 array of source, tag,
+        bytes and signature (the calling thread's: read it before the next call); None, nothing
+        was consumed -- something else arrived or waits (another
+        peer's frame, a rendezvous, a message to truncate or of another type, a failure): the
+        caller posts the receive through :meth:`irecv`, which sees every frame in order.
+
+        With other threads running, frames are consumed only under the engine lock and the spin
+        runs outside it (:func:`gpumpi.ipc.fastring.wait`)."""
+        fr = self.frecv
+        if fr is None:
+            if not self._fast_tick():
+                return None
+            fr = self.frecv
+        if self.tr.nbacklog or self.pushing or self.ready or self.failed:
+            return None
+        q = self.matcher._ctx.get(ctx)
+        if q is not None and (q.posted or q.unexpected):
+            return None
+        if not self.typecheck:
+            sig = 0
+        if _threads():
+            return self._recv_fast_shared(fr, source, wpeer, tag, ctx, addr, cap, sig)
+        out = self.fout  # the only thread: the engine's own result array
+        rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, self.spin_first, self.epoch, out)
+        if rc == _GOT:
+            return out
+        spins = 0
+        while rc == _EMPTY:  # nothing yet: back off between short spins (oversubscribed cores)
+            spins += 1
+            self.backoff(spins + 50)
+            if _threads():
+                return self._recv_fast_shared(fr, source, wpeer, tag, ctx, addr, cap, sig)
+            rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, self.spin_next, self.epoch, out)
+        return out if rc == _GOT else None
+
+    def _recv_fast_shared(self, fr, source, wpeer, tag, ctx, addr, cap, sig):
+        """:meth:`recv_fast` with other threads about: consume under the lock, spin outside it;
+        the result goes to an array of the calling thread's own."""
+        tab = self.ftab
+        out = getattr(self._tls, "out", None)
+        if out is None:
+            out = self._tls.out = self.fout.copy()
+        spins = 0
+        budget = self.spin_first
+        while True:
+            with self.lock:
+                if not self._fast_clear(ctx):
+                    return None
+                rc = fr(tab, wpeer, ctx, source, tag, sig, addr, cap, 1, self.epoch, out)
+            if rc == _GOT:
+                return out
+            if rc != _EMPTY:
+                return None
+            self.fwait(tab, budget, self.epoch)  # GIL released, lock free: then look again under it
+            spins += 1
+            budget = self.spin_next
+            self.backoff(spins + 50)
+
     def recv(self, mem, cap: int, source: int, wpeer: int, tag: int, ctx: int, call: str, addr=None,
-             sig: int = 0) -> Xfer:
+             sig: int = 0):
         """Blocking receive into host memory ``mem`` (``cap`` bytes at ``addr``): the completed
         operation (``err``, ``st_source``, ``st_tag``, ``st_nbytes``, ``msig``); errors are not raised."""
+        if addr is not None:
+            o = self.recv_fast(source, wpeer, tag, ctx, addr, cap, sig)
+            if o is not None:
+                return _Got(*o.tolist())
         x = self.irecv(mem, cap, source, wpeer, tag, ctx, call, addr, sig)
         if not x.done:
             self.wait(x)
@@ -664,6 +833,16 @@ class Engine:
             self._advance_ready()
         return n
 
+    def quiet(self) -> bool:
+        """True when a progress pass would do nothing now (no frame arrived, nothing queued or
+        pushing, no collective round ready, no new failure): ``Iprobe`` and ``Test`` then skip it."""
+        if self.tr.nbacklog or self.pushing or self.ready:
+            return False
+        seg = self.seg
+        if seg is not None and seg.q[3] != self.epoch:
+            return False
+        return not self.tr.arrived()
+
     def _advance_ready(self) -> None:
         """Advance the collective runs whose round completed (``Run.advance`` posts the next
         round, which may progress the engine again: not re-entered)."""
@@ -676,7 +855,11 @@ class Engine:
             self._advancing = False
 
     def wait(self, x: Xfer) -> None:
-        """Block until ``x`` completes (progressing everything meanwhile)."""
+        """Block until ``x`` completes (progressing everything meanwhile).
+
+        Once the fast path is compiled, a pass that left nothing to do but wait for frames is
+        followed by a compiled spin on the rings (GIL released, outside the lock) instead of
+        Python passes: the next frame is handled as soon as it lands."""
         if x.done:
             return
         lock = self.lock
@@ -687,7 +870,12 @@ class Engine:
             if x.done:
                 return
             spins += 1
-            if spins > 50:
+            fw = self.fwait
+            if fw is not None and not (self.tr.nbacklog or self.pushing or self.ready):
+                fw(self.ftab, self.spin_first if spins == 1 else self.spin_next, self.epoch)
+                if spins > 1:
+                    self.backoff(spins + 50)
+            elif spins > 50:
                 self.backoff(spins)
 
     def wait_any(self, xs) -> None:

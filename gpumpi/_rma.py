@@ -33,7 +33,10 @@ element is updated with one (``atomicrmw``, or a ``cmpxchg`` loop);
 windows use device atomics for the same types.  Everywhere else (private memory by
 CMA, complex, ``long double`` and pair types)
 an accumulate holds the target's *accumulate lock* for its read-modify-write, and
-every origin takes the same path for that target, so updates never interleave.
+every origin takes the same path for that target, so updates never interleave.  So
+does an element of mapped memory at an address that is no multiple of its size (MPI
+sets no alignment rule; an instruction needs one): every origin of that element and
+type finds it misaligned and takes the lock.
 
 The control block (a memfd per member, mapped by all; 64-bit words):
 
@@ -53,7 +56,10 @@ progresses the engine (a rank blocked on a lock still serves point-to-point
 traffic) with the engine's backoff.
 
 Synchronization calls are checked by :class:`gpumpi._rmasync.Epochs` before they
-act.  ``Fence`` is a barrier on the window's private communicator (operations
+act.  After every change of the lock epochs, :attr:`Window.near` lists the targets that
+the open passive target epoch includes and whose memory is mapped here (``Region.atomic``):
+``Win``'s near path serves those without asking the epochs again.  ``Fence`` is a
+barrier on the window's private communicator (operations
 are complete when issued, so a fence only orders); ``Post``/``Complete`` bump the
 peer's counter, ``Start`` and ``Wait`` wait for them (``Start`` lazily, at the
 first operation to a target or at ``Complete``); ``Flush*`` and ``Sync`` are
@@ -68,6 +74,7 @@ import numpy as np
 
 from . import _memfd
 from . import _runtime as _rt
+from ._arrays import _PEEK
 from ._rmasync import Epochs
 from .constants import LOCK_EXCLUSIVE, MODE_NOCHECK
 from .datatypes.plan import plan_for
@@ -152,6 +159,22 @@ class Window:
         self.attached: list = []  # dynamic: [(address, length)] attached here
         self.device_stream = None
         self.freed = False
+        self.near: dict = {}  # target -> (base, disp unit, size): see _admit
+
+    def _admit(self) -> None:
+        """Recompute :attr:`near` from the epochs: the targets whose memory is mapped here
+        (``Region.atomic``, not dynamic) and which the open passive target epoch includes, each
+        as ``(address of its window, disp_unit, size)``.  ``Win``'s near path acts on these
+        without asking the epochs; every change of the lock epochs ends here."""
+        near = self.near
+        near.clear()
+        a = self.epochs.access
+        if self.freed or a not in ("lock", "lock_all") or not _PEEK:
+            return
+        for r in (range(self.size_n) if a == "lock_all" else self.epochs.locks):
+            g = self.regions[r]
+            if g.atomic and not g.dyn:
+                near[r] = (g.base, g.unit, g.size)
 
     # -- control words -----------------------------------------------------------------------
     def _posted(self, ctl: int, r: int) -> int:
@@ -235,6 +258,7 @@ class Window:
         if self.freed:
             return
         self.freed = True
+        self.near.clear()
         for fn in reversed(self.on_free):
             try:
                 fn()
@@ -270,12 +294,14 @@ class Window:
         self.epochs.lock(target, lock_type, call)
         if assertion & MODE_NOCHECK:
             self.nocheck_locks.add(target)
+            self._admit()
             return
         try:
             self._acquire(target, lock_type == LOCK_EXCLUSIVE, call)
         except BaseException:
             self.epochs.unlock(target, call)
             raise
+        self._admit()
 
     def _acquire(self, target: int, exclusive: bool, call: str) -> None:
         A = _atomics()
@@ -322,6 +348,7 @@ class Window:
 
     def unlock(self, target: int, call: str) -> None:
         kind = self.epochs.unlock(target, call)
+        self._admit()
         self._sync_device()
         if target in self.nocheck_locks:
             self.nocheck_locks.discard(target)
@@ -333,6 +360,7 @@ class Window:
         self.epochs.lock_all(call)
         if assertion & MODE_NOCHECK:
             self.nocheck_locks.add(-1)
+            self._admit()
             return
         done = []
         try:
@@ -344,9 +372,11 @@ class Window:
                 self._release(t, False)
             self.epochs.unlock_all(call)
             raise
+        self._admit()
 
     def unlock_all(self, call: str) -> None:
         self.epochs.unlock_all(call)
+        self._admit()
         self._sync_device()
         if -1 in self.nocheck_locks:
             self.nocheck_locks.discard(-1)
@@ -597,6 +627,10 @@ class Window:
             else:
                 offs = plan.byte_index(n)[::unit].astype(np.int64) + plan.lo
             vals = np.ascontiguousarray(packed[:n]).view(dtype)
+            if g.mode != "device" and ((addr + plan.lo) % unit if plan.kind == "contig" else True):
+                mis = ((addr + offs) % unit) != 0  # contiguous: all or none, by the first
+                if mis.any():
+                    return self._misaligned(g, addr, offs, mis, vals, red, op_name, fetch, call)
             old = np.empty(len(vals), dtype) if fetch else None
             if g.mode == "device":
                 self._device_accumulate(g, addr, offs, vals, op_name, dtype, old)
@@ -614,6 +648,37 @@ class Window:
             A.fence()
             A.store64(word, 0)
         return old
+
+    def _misaligned(self, g: Region, addr: int, offs, mis, vals, red, op_name: str, fetch: bool, call: str):
+        """:meth:`accumulate` on mapped memory where the elements ``mis`` lie at addresses that are no
+        multiple of their size (MPI sets no alignment rule; an atomic instruction needs one): those
+        are read, reduced and written one by one under the target's accumulate lock, the others
+        still take their instruction, so every origin of one element and type takes one path."""
+        A = _atomics()
+        dtype = vals.dtype
+        unit = dtype.itemsize
+        old = np.empty(len(vals), dtype) if fetch else None
+        ok = ~mis
+        if ok.any():
+            part = np.empty(int(ok.sum()), dtype) if fetch else None
+            A.accumulate(addr, offs[ok], vals[ok], op_name, part)
+            if fetch:
+                old[ok] = part
+        word = self._acc_lock(g, call)
+        try:
+            cur = np.empty(unit, _U8)
+            for i in np.flatnonzero(mis).tolist():  # in order: an offset may repeat
+                cell = _raw_array(addr + int(offs[i]), unit)
+                cur[:] = cell
+                if fetch:
+                    old[i:i + 1].view(_U8)[:] = cur
+                if op_name != "NO_OP":
+                    red.host(vals[i:i + 1].view(_U8), cur)
+                    cell[:] = cur
+        finally:
+            A.fence()
+            A.store64(word, 0)
+        return old.view(_U8) if fetch else None
 
     def _device_accumulate(self, g: Region, addr: int, offs, vals, op_name: str, dtype, old) -> None:
         """The device kernels on ``g``'s memory: offsets and values staged in device memory."""
@@ -638,7 +703,7 @@ class Window:
             ad, s = self._stream(g.ad)
             return np.frombuffer(A.device_compare_and_swap(ad, addr, compare.tobytes(), origin.tobytes(), dtype, s),
                                  _U8).copy()
-        if g.atomic and dtype.itemsize in (1, 2, 4, 8):
+        if g.atomic and dtype.itemsize in (1, 2, 4, 8) and not addr % dtype.itemsize:
             return np.array([A.compare_and_swap(addr, compare.view(dtype)[0], origin.view(dtype)[0], dtype)],
                             dtype).view(_U8)
         plan = plan_for(_byte_type(dtype.itemsize), 1)

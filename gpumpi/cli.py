@@ -31,6 +31,13 @@ Device buffers (``--buffer sim|cupy``) are gpumpi's: its ranks get
 ``--window`` is a message count).  pip's MPICH is not CUDA-aware, so with device buffers
 ``--compare mpi4py`` launches no mpi4py run: its rows are ``skipped`` with the reason.
 
+``--plot PATH`` (p2p) draws the document that ``--json`` would write as a PNG chart of
+latency against message size, one line per implementation
+(:func:`gpumpi.bench.plot.plot_latency`), in the outer process after the runs, or on rank
+0 of a run started inside a job.  Without ``--sizes`` the sweep is 0 B to 64 KiB in powers
+of two.  matplotlib is imported only when ``--plot`` is given, and checked before
+anything is launched.
+
 ``coll`` (nccl-tests-style collectives) takes ``--ops``, ``--dtype``, ``--op`` and
 ``--root``.  Its third implementation, ``nccl`` (``--impl nccl`` or ``--compare nccl``),
 is launched like gpumpi, on CuPy buffers with one GPU per rank: gpumpi carries NCCL's
@@ -167,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--root", type=int, default=None, help="coll: root rank of bcast and reduce (default 0)")
     b.add_argument("--json", default=None, metavar="PATH", help="save the results as JSON")
     b.add_argument("--csv", default=None, metavar="PATH", help="save the results as CSV")
+    b.add_argument(
+        "--plot",
+        default=None,
+        metavar="PATH",
+        help="p2p: save a PNG chart of one-way latency (and bandwidth) against message size, with --compare both "
+        "implementations on one chart; without --sizes the sweep is 0 B to 64 KiB in powers of two; needs matplotlib "
+        f"({bench.plot.INSTALL_HINT})",
+    )
     b.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     b.add_argument("--_inner", action="store_true", dest="inner", help=argparse.SUPPRESS)
     b.add_argument("--_json", default=None, dest="inner_json", help=argparse.SUPPRESS)
@@ -206,6 +221,7 @@ def _validate(args) -> list[int]:
         raise CLIError(f"unknown suite {args.suite!r} (available: {', '.join(bench.SUITES)})")
     matrix = args.suite == "p2p-matrix"
     suite = bench.SUITES[args.suite]
+    _validate_plot(args)
     try:
         bench.check_transport(args.transport)
         if args.buffer is not None:
@@ -248,6 +264,27 @@ def _validate(args) -> list[int]:
     except bench.BenchError as e:
         raise CLIError(str(e)) from None
     return sizes
+
+
+def _validate_plot(args) -> None:
+    """``--plot PATH``: the p2p suite only, a ``.png`` in an existing folder, matplotlib importable
+    (checked here, before anything is launched); without ``--sizes``, the sweep becomes
+    :func:`~gpumpi.bench.plot.plot_sizes` (0 B to 64 KiB, with ``--quick`` too)."""
+    if args.plot is None:
+        return
+    if args.suite != "p2p":
+        raise CLIError(f"--plot applies to the p2p suite only, not {args.suite}")
+    if not args.plot.lower().endswith(".png"):
+        raise CLIError(f"--plot writes a PNG: give a path ending in .png (got {args.plot!r})")
+    folder = os.path.dirname(os.path.abspath(args.plot))
+    if not os.path.isdir(folder):
+        raise CLIError(f"--plot {args.plot}: no such folder ({folder})")
+    try:
+        bench.plot.check_matplotlib()
+    except bench.BenchError as e:
+        raise CLIError(str(e)) from None
+    if args.sizes is None:
+        args.sizes = ",".join(str(n) for n in bench.plot.plot_sizes())
 
 
 def _validate_window(args) -> None:
@@ -520,6 +557,11 @@ def _save(args, document: dict, rows: list[dict], extra: dict) -> None:
         bench.write_json(args.json, document)
     if args.csv:
         bench.write_csv(args.csv, rows, extra)
+    if getattr(args, "plot", None):
+        try:
+            bench.plot.plot_latency(document, args.plot)
+        except OSError as e:
+            raise CLIError(f"--plot {args.plot}: cannot write the chart ({e})") from None
 
 
 def inner_argv(args, impl: str, json_path: str, pair: tuple[int, int] | None = None) -> list[str]:

@@ -41,7 +41,7 @@ from . import _p2p
 from . import _pickle
 from . import _runtime as _rt
 from . import topology as _topology
-from ._buffers import message_simple
+from ._buffers import host_fast, message_simple
 from ._partitioned import PartRequest, partitions_of
 from ._progress import SENT
 from .constants import (
@@ -652,7 +652,15 @@ class Comm(Handle):
         work queued on that stream (default: the array's own stream, else the current one).
         """
         try:
-            # fast path: a NumPy array to a valid rank with a valid tag
+            # the fast path: a whole contiguous NumPy array (bare or [array, predefined type]) to a
+            # valid rank with a valid tag, sent by one compiled call (Engine.send_fast)
+            h = host_fast(buf, False)
+            if h is not None and type(dest) is int and type(tag) is int and 0 <= dest < len(self._w) and \
+                    0 <= tag <= TAG_UB_VALUE and self._ctx >= 0:
+                eng = _rt.ENGINE
+                if self._ctx not in eng.freed_ctx and \
+                        eng.send_fast(self._w[dest], self._rank, self._ctx, tag, h[0], h[1], h[2]):
+                    return
             if type(buf) is _ndarray and type(dest) is int and type(tag) is int and \
                     0 <= dest < len(self._w) and 0 <= tag <= TAG_UB_VALUE and self._ctx >= 0:
                 m = message_simple(buf, True, dest, 1, "Send")
@@ -687,7 +695,19 @@ class Comm(Handle):
         if status is not None:
             check_status(status, "Recv")
         try:
-            # fast path: into a NumPy array from a valid rank (or ANY_SOURCE) with a valid tag
+            # the fast path: into a whole contiguous NumPy array (bare or [array, predefined type])
+            # from a valid rank or ANY_SOURCE with a valid tag (Engine.recv_fast)
+            h = host_fast(buf, True)
+            if h is not None and type(source) is int and type(tag) is int and self._ctx >= 0 and \
+                    -2 <= source < len(self._w) and source != -1 and -1 <= tag <= TAG_UB_VALUE:
+                eng = _rt.ENGINE
+                o = None if self._ctx in eng.freed_ctx else \
+                    eng.recv_fast(source, source if source < 0 else self._w[source], tag, self._ctx, h[0], h[1], h[2])
+                if o is not None:
+                    if status is not None:
+                        src, tg, n, _ = o.tolist()
+                        status._fill(src, tg, n)
+                    return
             if type(buf) is _ndarray and type(source) is int and type(tag) is int and self._ctx >= 0 and \
                     -2 <= source < len(self._w) and source != -1 and -1 <= tag <= TAG_UB_VALUE:
                 m = message_simple(buf, False, source, 1, "Recv")
@@ -712,6 +732,13 @@ class Comm(Handle):
     # --- nonblocking ----------------------------------------------------------------------
     def Isend(self, buf, dest: int, tag: int = 0, *, stream=None) -> Request:
         """Nonblocking send (MPI_Isend)."""
+        h = host_fast(buf, False)  # the fast path of Send: written now, the request is complete
+        if h is not None and type(dest) is int and type(tag) is int and 0 <= dest < len(self._w) and \
+                0 <= tag <= TAG_UB_VALUE and self._ctx >= 0:
+            eng = _rt.ENGINE
+            if self._ctx not in eng.freed_ctx and \
+                    eng.send_fast(self._w[dest], self._rank, self._ctx, tag, h[0], h[1], h[2]):
+                return Request._of(done_xfer(), self, None, buf)
         return self._send_req(buf, dest, tag, STANDARD, "Isend", stream)
 
     def Issend(self, buf, dest: int, tag: int = 0, *, stream=None) -> Request:
@@ -742,6 +769,28 @@ class Comm(Handle):
         posted: a call that raises leaves no operation behind.
         """
         try:
+            # the fast path: whole contiguous NumPy arrays, every argument valid; the send is
+            # written first (eager: it completes at once), then the receive (Engine.recv_fast,
+            # else the general path)
+            hs = host_fast(sendbuf, False)
+            n = len(self._w)
+            if hs is not None and (status is None or type(status) is Status) and type(dest) is int and \
+                    type(sendtag) is int and type(source) is int and type(recvtag) is int and self._ctx >= 0 and \
+                    0 <= dest < n and 0 <= sendtag <= TAG_UB_VALUE and -2 <= source < n and source != -1 and \
+                    -1 <= recvtag <= TAG_UB_VALUE:
+                hr = host_fast(recvbuf, True)
+                eng = _rt.ENGINE
+                if hr is not None and self._ctx not in eng.freed_ctx and \
+                        eng.send_fast(self._w[dest], self._rank, self._ctx, sendtag, hs[0], hs[1], hs[2]):
+                    o = eng.recv_fast(source, source if source < 0 else self._w[source], recvtag, self._ctx,
+                                      hr[0], hr[1], hr[2])
+                    if o is not None:
+                        if status is not None:
+                            src, tg, nb, _ = o.tolist()
+                            status._fill(src, tg, nb)
+                        return
+                    self._wait(self._irecv(recvbuf, source, recvtag, "Sendrecv", stream), status, "Sendrecv")
+                    return
             self._status_arg(status, "Sendrecv")
             rargs = self._recv_args(recvbuf, source, recvtag, "Sendrecv", stream)
             sargs = self._send_args(sendbuf, dest, sendtag, "Sendrecv", stream)
@@ -858,7 +907,8 @@ class Comm(Handle):
         source, tag = self._probe_args(source, tag, call)
         eng = _rt.ENGINE
         with eng.lock:
-            eng.progress()
+            if not eng.quiet():
+                eng.progress()
             a = (eng.matcher.take if take else eng.matcher.probe)(self._ctx, source, tag)
         if a is None:
             self._failed_peer(source, call)

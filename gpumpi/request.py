@@ -172,7 +172,8 @@ class Request(Handle):
         if not x.done:
             eng = _engine()
             with eng.lock:
-                eng.progress()
+                if not eng.quiet():
+                    eng.progress()
             if not x.done:
                 return False
         self._finish(status)

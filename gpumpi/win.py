@@ -16,6 +16,16 @@ displacement counts ``disp_unit``s (absolute addresses in a dynamic window).
 ``Fetch_and_op`` and ``Compare_and_swap`` take one element each, of one type
 (``ValueError`` otherwise, as mpi4py).  ``PROC_NULL`` targets do nothing.
 
+The near path: a target that the open passive target epoch includes and whose memory this
+process maps (``Win.Allocate``, ``Allocate_shared``, ``Create`` on ``Alloc_mem`` memory) is in
+``Window.near``, kept by the runtime at every lock epoch change.  To such a target nothing can
+fail but the arguments, and every operation completes when issued, so ``Fetch_and_op``,
+``Compare_and_swap``, ``Put`` and ``Get`` of the simple kind (NumPy arrays or ``[array, T]`` with
+``T`` the predefined type of the elements, int rank and displacement) check in a few Python
+operations and make one call into machine code with int arguments; ``Flush_local`` to it
+returns at once and ``Flush`` is a memory barrier.  Whatever the near path does not take falls
+through to the general path, which checks and reports as it always did.
+
 gpumpi extensions: ``Win.Allocate(..., memory="device")`` (or the info key
 ``gpumpi_memory=device``) allocates device memory (CuPy on a GPU, the simulated
 device under ``GPUMPI_DEVICE=sim``), and ``Win.Create`` of a device array exposes
@@ -33,14 +43,15 @@ import os
 import numpy as np
 
 from . import _rma
-from ._arrays import _FLAGS, _PEEK
+from ._arrays import _DATA, _DT_BY_ID, _FLAGS
 from ._buffers import _asdatatype, _extent_for, _is_integral, message_simple
-from ._handles import Handle, Table
+from ._handles import Handle, Table, is_constant
 from ._membuffer import buffer
 from .constants import (BOTTOM, KEYVAL_INVALID, LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOCHECK, MODE_NOPRECEDE,
                         MODE_NOPUT, MODE_NOSTORE, MODE_NOSUCCEED, PROC_NULL, WIN_BASE, WIN_CREATE_FLAVOR,
                         WIN_DISP_UNIT, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
                         WIN_FLAVOR_SHARED, WIN_MODEL, WIN_SIZE, WIN_UNIFIED)
+from .datatypes._core import _PREDEFINED as _PREDEFINED_TYPES
 from .datatypes._core import Datatype
 from .datatypes.plan import plan_for
 from .errors import (ERR_ARG, ERR_ASSERT, ERR_OP, ERR_COMM, ERR_COUNT, ERR_DISP, ERR_ERRHANDLER, ERR_GROUP,
@@ -57,7 +68,7 @@ __all__ = ["Win", "WIN_NULL"]
 
 _NULL_H = 0x20000000
 _MODES = MODE_NOCHECK | MODE_NOSTORE | MODE_NOPUT | MODE_NOPRECEDE | MODE_NOSUCCEED
-#: native scalar types read and written in place by the Fetch_and_op fast path
+#: native scalar types read and written in place by the general Fetch_and_op path (one instruction)
 _CTYPES = {np.dtype(t): c for t, c in ((np.int8, ctypes.c_int8), (np.int16, ctypes.c_int16), (np.int32, ctypes.c_int32),
                                        (np.int64, ctypes.c_int64), (np.uint8, ctypes.c_uint8),
                                        (np.uint16, ctypes.c_uint16), (np.uint32, ctypes.c_uint32),
@@ -70,7 +81,7 @@ class _State:
     """What every reference to one window shares."""
 
     __slots__ = ("h", "rt", "base", "size", "unit", "flavor", "name", "errh", "info", "attrs", "mem", "keep",
-                 "freed", "ucomm")
+                 "freed", "ucomm", "near")
 
     def __init__(self) -> None:
         self.h = Win._htable.new()
@@ -86,6 +97,7 @@ class _State:
         self.keep = None  # the exposed memory's owner, kept alive
         self.freed = False
         self.ucomm = None
+        self.near: dict = {}  # the runtime's Window.near once made: the near path's targets
 
 
 def _wrap(win):
@@ -209,6 +221,7 @@ class Win(Handle):
             dup.Free()
             raise
         st.rt = W
+        st.near = W.near
         st.flavor = flavor
         st.ucomm = comm
         w = cls.__new__(cls)
@@ -597,6 +610,21 @@ class Win(Handle):
 
     def Put(self, origin, target_rank: int, target=None) -> None:
         """Put data into a memory window on a remote process (MPI_Put)."""
+        st = self._st
+        if st is not None and type(target_rank) is int and (target is None or type(target) is int):
+            t = st.near.get(target_rank)
+            if t is not None:  # the near path: a contiguous array, its bytes at the displacement
+                a, at = _spec(origin)
+                if type(a) is _NDARRAY:
+                    dt = _NPS.get(id(at))
+                    if dt is None:
+                        dt = _np_near(at)
+                    n = a.nbytes
+                    off = 0 if target is None else target * t[1]
+                    i = id(a) >> 3
+                    if a.dtype is dt and _FLAGS[i] & 3 and 0 < n and 0 <= off <= t[2] - n:
+                        (_RAW or _raw())[0][0](t[0] + off, _DATA[i], n)
+                        return
         call = "Win.Put"
         try:
             st, r, msg, ttype, plan, ga = self._prep(call, origin, target_rank, target, True)
@@ -615,6 +643,21 @@ class Win(Handle):
 
     def Get(self, origin, target_rank: int, target=None) -> None:
         """Get data from a memory window on a remote process (MPI_Get)."""
+        st = self._st
+        if st is not None and type(target_rank) is int and (target is None or type(target) is int):
+            t = st.near.get(target_rank)
+            if t is not None:  # the near path, as Put's
+                a, at = _spec(origin)
+                if type(a) is _NDARRAY:
+                    dt = _NPS.get(id(at))
+                    if dt is None:
+                        dt = _np_near(at)
+                    n = a.nbytes
+                    off = 0 if target is None else target * t[1]
+                    i = id(a) >> 3
+                    if a.dtype is dt and _FLAGS[i] & 3 and _FLAGS[i] & 0x400 and 0 < n and 0 <= off <= t[2] - n:
+                        (_RAW or _raw())[0][0](_DATA[i], t[0] + off, n)
+                        return
         call = "Win.Get"
         try:
             st, r, msg, ttype, plan, ga = self._prep(call, origin, target_rank, target, False)
@@ -679,9 +722,19 @@ class Win(Handle):
 
     def Fetch_and_op(self, origin, result, target_rank: int, target_disp: int = 0, op: Op = SUM) -> None:
         """Fetch one element and apply an operation to it, atomically (MPI_Fetch_and_op)."""
-        fast = _fop_fast(self, origin, result, target_rank, target_disp, op)
-        if fast:
-            return
+        st = self._st
+        if st is not None and type(target_rank) is int is type(target_disp):
+            t = st.near.get(target_rank)
+            if t is not None:  # the near path (see _spec): one call, the result written by it
+                o, ot = origin if type(origin) is list and len(origin) == 2 else _spec(origin)
+                r, rt = result if type(result) is list and len(result) == 2 else _spec(result)
+                lop, lT, lt, fn, code, dt, base, unit, top = _FOP_LAST
+                if lop is op and lT is ot and lt is t and rt is ot:  # as the last call: checked then
+                    if (type(o) is _NDARRAY is type(r) and o.dtype is dt is r.dtype and 0 <= target_disp <= top
+                            and not fn(base + target_disp * unit, id(o), id(r), code)):
+                        return
+                elif ot is rt and _fop_near(t, o, r, target_disp, op, ot):
+                    return
         call = "Win.Fetch_and_op"
         try:
             st = self._check(call)
@@ -703,7 +756,8 @@ class Win(Handle):
             if g.atomic and dtype is not None and res.kind == "host" and msg.kind == "host":
                 ct = _CTYPES.get(dtype) if ttype._size == dtype.itemsize else None
                 A = _rma._atomics()
-                if ct is not None and A.supported(op._name, dtype):  # one instruction, no array made
+                if ct is not None and A.supported(op._name, dtype) and not (addr + plan.lo) % dtype.itemsize:
+                    # one instruction, no array made (a misaligned element takes the accumulate lock below)
                     old = A.fetch_and_op(addr + plan.lo, ct.from_address(msg.addr + msg.lo).value, op._name, dtype)
                     ct.from_address(res.addr + res.lo).value = old
                     return
@@ -715,8 +769,21 @@ class Win(Handle):
     def Compare_and_swap(self, origin, compare, result, target_rank: int, target_disp: int = 0) -> None:
         """Replace one element with ``origin`` if it equals ``compare``, returning the old value
         in ``result``, atomically (MPI_Compare_and_swap)."""
-        if _cas_fast(self, origin, compare, result, target_rank, target_disp):
-            return
+        st = self._st
+        if st is not None and type(target_rank) is int is type(target_disp):
+            t = st.near.get(target_rank)
+            if t is not None:  # the near path, as Fetch_and_op's
+                o, ot = origin if type(origin) is list and len(origin) == 2 else _spec(origin)
+                c, ct = compare if type(compare) is list and len(compare) == 2 else _spec(compare)
+                r, rt = result if type(result) is list and len(result) == 2 else _spec(result)
+                lT, lt, fn, dt, base, unit, top = _CAS_LAST
+                if lT is ot and lt is t and ct is ot and rt is ot:
+                    if (type(o) is _NDARRAY is type(c) and type(r) is _NDARRAY and o.dtype is dt is c.dtype
+                            and r.dtype is dt and 0 <= target_disp <= top
+                            and not fn(base + target_disp * unit, id(o), id(c), id(r))):
+                        return
+                elif ot is ct is rt and _cas_near(t, o, c, r, target_disp, ot):
+                    return
         call = "Win.Compare_and_swap"
         try:
             st = self._check(call)
@@ -896,7 +963,7 @@ class Win(Handle):
             ep = W.epochs
             a = ep.access
             if (a == "lock_all" or (a == "lock" and rank in ep.locks)) and W.device_stream is None:
-                _rma._atomics().fence()
+                (_RAW or _raw())[0][1]()
                 return
         try:
             st = self._check(call)
@@ -909,6 +976,10 @@ class Win(Handle):
 
     def Flush(self, rank: int) -> None:
         """Complete the operations to ``rank`` at origin and target (MPI_Win_flush)."""
+        st = self._st
+        if st is not None and type(rank) is int and rank in st.near:  # a memory barrier orders them
+            (_RAW or _raw())[0][1]()
+            return
         self._flush(rank, "Win.Flush")
 
     def Flush_all(self) -> None:
@@ -917,6 +988,9 @@ class Win(Handle):
 
     def Flush_local(self, rank: int) -> None:
         """Complete the operations to ``rank`` at the origin (MPI_Win_flush_local)."""
+        st = self._st
+        if st is not None and type(rank) is int and rank in st.near:
+            return  # operations on mapped memory are complete at the origin when issued
         self._flush(rank, "Win.Flush_local")
 
     def Flush_local_all(self) -> None:
@@ -928,130 +1002,153 @@ class Win(Handle):
         self._check("Win.Sync").rt.sync()
 
 
-#: (id(dtype), id(op)) -> (op, ctypes type, compiled fetch_and_op, op code, bool?, align mask, size)
-_FOP_FAST: dict = {}
+# -- the near path: one element or a few bytes to a locked target whose memory is mapped here --------
+#
+# ``st.near`` (the runtime's ``Window.near``) holds ``(base, disp_unit, size)`` of every target that
+# the open passive target epoch includes and whose window memory this process maps (kept by
+# ``_rma.Window._admit`` whenever a lock epoch changes).  For such a target no epoch check can
+# fail and every operation completes when issued, so an operation whose arguments are the
+# simple kind (NumPy arrays, ``[array, T]`` with ``T`` the predefined type of the elements,
+# int rank and displacement, inside the window, aligned) is one call into machine code with
+# int arguments (:func:`gpumpi.kernels.atomics.fop_ndarray`, ``cas_ndarray``, ``raw``), which
+# also checks the arrays' headers and writes the fetched element into the result array.  Anything
+# else, errors included, falls through to the general path, which checks and reports exactly as
+# before.  The caches below are keyed by the identity of module constants (immortal), so an id is
+# never reused; _FOP_LAST/_CAS_LAST hold what they name, so neither is theirs.
+
+_NDARRAY = np.ndarray
+_NONE2 = (None, None)
+#: (id(op), id(datatype)) -> (compiled fop_ndarray, op code, element size, dtype, align mask) or False
+_FOPS: dict = {}
+#: id(datatype) -> (compiled cas_ndarray, element size, dtype, align mask) or False
+_CASS: dict = {}
+#: id(datatype) -> the NumPy dtype of a predefined type's elements, or False
+_NPS: dict = {}
+_RAW: list = []  # [(move, fence)]: gpumpi.kernels.atomics.raw(), once needed
+_NOTHING = object()
+#: the last near Fetch_and_op: (op, datatype, near target tuple, compiled fop_ndarray, op code, dtype,
+#: base, disp_unit, highest displacement): the next call with the same op, type and target (the same
+#: tuple: a new epoch makes new ones) checks only its arrays and displacement
+_FOP_LAST: tuple = (_NOTHING,) * 9
+#: the last near Compare_and_swap: (datatype, near target tuple, compiled cas_ndarray, dtype, base,
+#: disp_unit, highest displacement)
+_CAS_LAST: tuple = (_NOTHING,) * 7
 
 
-def _fop_fast(win, origin, result, rank, disp, op) -> bool:
-    """``Fetch_and_op`` of one native element between two NumPy arrays into a mapped window, in a
-    passive target or fence epoch that already admits the target: one atomic instruction and no
-    parsing.  False (nothing done) for anything else: the general path then checks and reports."""
-    st = win._st
-    origin, result = _one(origin), _one(result)
-    if (st is None or origin is None or result is None or type(rank) is not int
-            or type(disp) is not int or not _PEEK or origin.dtype is not result.dtype):
-        return False
-    e = _FOP_FAST.get((id(origin.dtype), id(op)))
-    if e is None or e[0] is not op:
-        e = _fop_fast_entry(origin.dtype, op)
-        if e is None:
-            return False
-    io, ir = id(origin) >> 3, id(result) >> 3
-    if origin.size != 1 or result.size != 1 or not _FLAGS[io] & 3 or _FLAGS[ir] & 0x401 != 0x401 or st.freed:
-        return False
-    addr = _fast_target(st, rank, disp, e[6], e[5])
-    if addr is None:
-        return False
-    old = e[2](addr, origin.item(), e[3])
-    if result.ndim == 1:
-        result[0] = old
-    else:
-        result[...] = old
-    return True
+def _raw() -> list:
+    """:data:`_RAW`, filled on first use (which compiles)."""
+    if not _RAW:
+        _RAW.append(_rma._atomics().raw())
+    return _RAW
 
 
-_CAS_FAST: dict = {}  # id(dtype) -> (compiled compare_and_swap, align mask, size)
-
-
-def _one(spec):
-    """The NumPy array of a fast-path buffer spec: ``a`` or ``[a, T]`` where ``T`` is the
-    predefined type of ``a``'s elements; None for anything else (the general path parses it)."""
-    if type(spec) is np.ndarray:
+def _spec(spec):
+    """``(array, datatype)`` of a near-path buffer spec: an ndarray (and the datatype of its
+    dtype, when known) or a 2-item ``[buffer, datatype]``, unchecked; ``(None, None)`` otherwise."""
+    tp = type(spec)
+    if tp is _NDARRAY:
+        return spec, _DT_BY_ID.get(id(spec.dtype))
+    if (tp is list or tp is tuple) and len(spec) == 2:
         return spec
-    if (type(spec) is list or type(spec) is tuple) and len(spec) == 2:
-        a, t = spec
-        if type(a) is np.ndarray:
-            e = _TYPE_NP.get(id(t))
-            if e is None or e[0] is not t:
-                e = _TYPE_NP[id(t)] = (t, _np_of(t) if isinstance(t, Datatype) and t._basic is t else None)
-            if e[1] is a.dtype and not t._rec.freed:
-                return a
-    return None
+    return _NONE2
 
 
-_TYPE_NP: dict = {}  # id(Datatype) -> (the type, the NumPy dtype of a predefined one, else None)
-
-
-def _np_of(t):
-    try:
-        return np.dtype(t.np)
-    except Exception:
-        return None
-
-
-def _fast_target(st, rank, disp, size, mask):
-    """The address of ``size`` bytes at ``disp`` of ``rank``'s mapped window when the epoch admits
-    the operation and nothing needs checking or waiting; None otherwise."""
-    W = st.rt
-    ep = W.epochs
-    a = ep.access
-    if not (a == "lock_all" or (a == "lock" and rank in ep.locks)) or not 0 <= rank < W.size_n:
-        return None
-    g = W.regions[rank]
-    off = disp * g.unit
-    addr = g.base + off
-    if not g.atomic or g.dyn or off < 0 or off + size > g.size or addr & mask:
-        return None
-    return addr
-
-
-def _cas_fast(win, origin, compare, result, rank, disp) -> bool:
-    """``Compare_and_swap`` of one native integer between NumPy arrays into a mapped window (as
-    :func:`_fop_fast`)."""
-    st = win._st
-    origin, compare, result = _one(origin), _one(compare), _one(result)
-    if (st is None or origin is None or compare is None or result is None or type(rank) is not int
-            or type(disp) is not int or not _PEEK or origin.dtype is not result.dtype
-            or origin.dtype is not compare.dtype or st.freed):
+def _np_near(T):
+    """The NumPy dtype of the elements of ``T`` when it is a predefined module constant (never
+    freed nor nullified), else False (cached for those constants)."""
+    if not isinstance(T, Datatype) or _PREDEFINED_TYPES.get(T._handle) is not T:
         return False
-    dt = origin.dtype
-    e = _CAS_FAST.get(id(dt))
+    dt = False
+    if T._basic is T:
+        try:
+            dt = np.dtype(T.np)
+        except Exception:
+            dt = False
+    _NPS[id(T)] = dt
+    return dt
+
+
+def _fop_entry(op, T):
+    """The near path's entry for Fetch_and_op with ``op`` on elements of ``T``: ``(compiled
+    fop_ndarray, op code, element size, dtype, align mask)``, or False."""
+    if not is_constant(op):
+        return False
+    dt = _NPS.get(id(T))
+    if dt is None:
+        dt = _np_near(T)
+    if dt is False and id(T) not in _NPS:
+        return False  # not a predefined constant: nothing cached under its id
+    e = False
+    A = _rma._atomics()
+    if dt and dt.kind in "iuf" and isinstance(op, Op) and op._rec is None and A.ndarray_layout():
+        if A.supported(op._name, dt):
+            try:
+                _rma.check_acc_types(T, T, op, "Win.Fetch_and_op")  # MPI defines the op for the type
+            except MPIException:
+                pass
+            else:
+                fn, code, mask = A.fop_ndarray(op._name, dt)
+                e = (fn, code, dt.itemsize, dt, mask)
+    _FOPS[(id(op), id(T))] = e
+    return e
+
+
+def _fop_near(t, o, r, disp, op, T) -> bool:
+    """Fetch_and_op on the near path (target ``t`` of ``Window.near``), remembered in
+    :data:`_FOP_LAST` for the next call; False (nothing done) where it does not apply."""
+    global _FOP_LAST
+    e = _FOPS.get((id(op), id(T)))
     if e is None:
-        if dt.kind not in "iu" or not dt.isnative or dt.itemsize not in (1, 2, 4, 8):
-            return False
-        fn, mask = _rma._atomics().cas_entry(dt)
-        e = _CAS_FAST[id(dt)] = (fn, mask, dt.itemsize)
-    if (origin.size != 1 or compare.size != 1 or result.size != 1 or not _FLAGS[id(origin) >> 3] & 3
-            or not _FLAGS[id(compare) >> 3] & 3 or _FLAGS[id(result) >> 3] & 0x401 != 0x401):
+        e = _fop_entry(op, T)
+    if not (e and type(o) is _NDARRAY is type(r) and o.dtype is e[3] is r.dtype):
         return False
-    addr = _fast_target(st, rank, disp, e[2], e[1])
-    if addr is None:
+    base, unit, size = t
+    off = disp * unit
+    if not (0 <= off <= size - e[2] and not (base + off) & e[4]) or e[0](base + off, id(o), id(r), e[1]):
         return False
-    old = e[0](addr, compare.item(), origin.item())
-    if result.ndim == 1:
-        result[0] = old
-    else:
-        result[...] = old
+    if not (base | unit) & e[4]:  # every displacement is aligned: the range is all there is to check
+        _FOP_LAST = (op, T, t, e[0], e[1], e[3], base, unit, (size - e[2]) // unit)
     return True
 
 
-def _fop_fast_entry(dtype, op):
-    from ._arrays import lookup_dtype
-
-    if not isinstance(op, Op) or op._rec is not None or op._h == 0x18000000:
-        return None
-    ct = _CTYPES.get(dtype)
+def _cas_entry(T):
+    """The near path's entry for Compare_and_swap on elements of ``T``: ``(compiled cas_ndarray,
+    element size, dtype, align mask)``, or False."""
+    dt = _NPS.get(id(T))
+    if dt is None:
+        dt = _np_near(T)
+    if dt is False and id(T) not in _NPS:
+        return False  # not a predefined constant: nothing cached under its id
+    e = False
     A = _rma._atomics()
-    if ct is None or not dtype.isnative or not A.supported(op._name, dtype):
-        return None
-    try:
-        dt = lookup_dtype(dtype, "Win.Fetch_and_op")
-        _rma.check_acc_types(dt, dt, op, "Win.Fetch_and_op")  # MPI defines the op for the type
-    except Exception:
-        return None
-    fn, code, isbool, mask = A.fop_entry(op._name, dtype)
-    e = _FOP_FAST[(id(dtype), id(op))] = (op, ct, fn, code, isbool, mask, ctypes.sizeof(ct))
+    if dt and dt.kind in "iu" and A.ndarray_layout():
+        try:
+            _cas_dtype(T, "Win.Compare_and_swap")
+        except MPIException:
+            pass
+        else:
+            fn, mask = A.cas_ndarray(dt)
+            e = (fn, dt.itemsize, dt, mask)
+    _CASS[id(T)] = e
     return e
+
+
+def _cas_near(t, o, c, r, disp, T) -> bool:
+    """Compare_and_swap on the near path, as :func:`_fop_near`."""
+    global _CAS_LAST
+    e = _CASS.get(id(T))
+    if e is None:
+        e = _cas_entry(T)
+    if not (e and type(o) is _NDARRAY is type(c) and type(r) is _NDARRAY and o.dtype is e[2] is c.dtype
+            and r.dtype is e[2]):
+        return False
+    base, unit, size = t
+    off = disp * unit
+    if not (0 <= off <= size - e[1] and not (base + off) & e[3]) or e[0](base + off, id(o), id(c), id(r)):
+        return False
+    if not (base | unit) & e[3]:
+        _CAS_LAST = (T, t, e[0], e[2], base, unit, (size - e[1]) // unit)
+    return True
 
 
 def _same_size(onbytes: int, tnbytes: int, call: str, what: str = "origin") -> None:

@@ -160,7 +160,7 @@ def test_launch_commands(monkeypatch):
 def test_inner_argv_forwards_options_but_not_outputs():
     args = cli.build_parser().parse_args(
         ["bench", "--quick", "--sizes", "8,1K", "--iters", "3", "--skip", "1", "--compare", "mpi4py", "--json", "x.json",
-         "--csv", "x.csv", "--quiet", "--distinct-recv", "-n", "4"]
+         "--csv", "x.csv", "--plot", "x.png", "--quiet", "--distinct-recv", "-n", "4"]
     )  # fmt: skip
     argv = cli.inner_argv(args, "mpi4py", "/tmp/r.json")
     assert argv[:3] == ["bench", "p2p", "--impl"] and argv[3] == "mpi4py"
@@ -170,7 +170,7 @@ def test_inner_argv_forwards_options_but_not_outputs():
     assert argv[argv.index("--iters") + 1] == "3"
     assert argv[argv.index("--skip") + 1] == "1"
     assert argv[-3:] == ["--_json", "/tmp/r.json", "--_inner"]
-    for opt in ("--compare", "--json", "--csv", "-n"):
+    for opt in ("--compare", "--json", "--csv", "--plot", "-n"):
         assert opt not in argv
     # and the inner side parses them back
     inner = cli.build_parser().parse_args(argv)

@@ -15,8 +15,10 @@ a table of rows finds its suite by ``meta["suite"]`` or by the key only its rows
 What the suites share lives in two modules that import no suite: ``_common`` (sizes,
 buffer kinds and devices, the buffers, pair synchronisation, wrong-value counts, the
 message tags) and ``report`` (run metadata, columns, number formats, ratios, JSON and
-CSV).  A new suite is one new module that builds its ``SUITE``, plus its line in
-:data:`SUITES` (and the command-line options it needs in ``cli``).
+CSV).  ``plot`` draws the p2p suite's latency chart (``--plot``) from the same documents,
+importing matplotlib only when it is called.  A new suite is one new module that builds
+its ``SUITE``, plus its line in :data:`SUITES` (and the command-line options it needs in
+``cli``).
 
 Nothing heavy is imported at package import time; numpy is imported by the suites.
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from . import coll, p2p, p2p_matrix, pack, rma
+from . import coll, p2p, p2p_matrix, pack, plot, rma
 from ._common import (
     BUFFER_KINDS,
     DEVICE_BUFFER_KINDS,
@@ -52,7 +54,8 @@ __all__ = [
     "check_buffer_kind", "check_device_buffers", "check_transport", "coll", "compare_results", "cupy_status",
     "device_count",
     "format_compare_table", "format_progress", "format_table", "metadata", "p2p", "p2p_matrix", "pack",
-    "pair_devices", "read_json", "rma", "stderr_progress", "suite_of", "transports_setting", "write_csv", "write_json",
+    "pair_devices", "plot", "read_json", "rma", "stderr_progress", "suite_of", "transports_setting", "write_csv",
+    "write_json",
 ]  # fmt: skip
 
 

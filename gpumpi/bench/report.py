@@ -19,6 +19,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import platform
 from collections.abc import Sequence
 
 from ._common import DEVICE_BUFFER_KINDS, WINDOW
@@ -34,6 +36,13 @@ def library_version(MPI) -> str:
         return "unknown"
     lines = str(text).strip().splitlines()
     return " ".join(lines[0].split()) if lines else "unknown"
+
+
+def host_words() -> str:
+    """This machine in a few words, e.g. ``node7 (x86_64, 16 CPUs)``: the ``host`` of :func:`metadata`."""
+    cpus = os.cpu_count()
+    arch = platform.machine() or "unknown machine"
+    return f"{platform.node() or 'unknown host'} ({arch}, {cpus or '?'} CPU{'' if cpus == 1 else 's'})"
 
 
 def metadata(
@@ -63,12 +72,14 @@ def metadata(
         devices: p2p: the devices of ranks 0 and 1; p2p-matrix: the node's device count.
 
     Returns:
-        A dict; the transport keys appear only for device buffers.
+        A dict; ``host`` is :func:`host_words` of the rank that calls it; the transport
+        keys appear only for device buffers.
     """
     device_keys = {}
     if buffer in DEVICE_BUFFER_KINDS or suite == "p2p-matrix":
         device_keys = {"transport": transport, "transports_env": transports_env, "devices": devices}
-    base = {"suite": suite, "impl": impl, "library": library_version(MPI), "nranks": nranks, "buffer": buffer}
+    base = {"suite": suite, "impl": impl, "library": library_version(MPI), "host": host_words(), "nranks": nranks,
+            "buffer": buffer}  # fmt: skip
     if suite == "p2p-matrix":
         return {**base, **device_keys,
                 "units": {"size": "B", "bandwidth": "GB/s (1e9 B/s)", "time": "s", "warm_pct_copy": "%"}}

@@ -90,6 +90,11 @@ class Frames(abc.ABC):
     def idle(self) -> bool:
         """True when no frame waits to be written."""
 
+    def arrived(self) -> bool:
+        """Whether a frame may be waiting to be read (True when the transport cannot tell cheaply:
+        the engine then polls)."""
+        return True
+
     def close(self) -> None:
         """Release the transport's resources."""
 

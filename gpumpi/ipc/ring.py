@@ -8,6 +8,10 @@ consumer; ``tail`` (offset 64, its own cache line) is the producer's position an
 is written only by the producer.  Positions are byte counters that only grow; the
 data offset is ``pos % size``.
 
+Word 9 (in the producer's line) is the producer's cached copy of ``head``, so it reads the
+consumer's line only when the ring looks full.  Both ends keep no state outside the
+control block: the compiled fast path (:mod:`gpumpi.ipc.fastring`) works on the same rings.
+
 A frame is a little-endian ``u32`` length (header + payload) followed by its bytes;
 frames start 8-byte aligned.  A frame never wraps: when it does not fit before the
 end of the data area the producer writes the pad marker ``0xFFFFFFFF`` and starts
@@ -31,79 +35,92 @@ def _align8(n: int) -> int:
 
 
 class RingWriter:
-    """Producer end of a ring."""
+    """Producer end of a ring.
 
-    __slots__ = ("ctl", "data", "size", "tail", "head_cache")
+    Its state lives in the control block, not here: ``tail`` (word 8) and the producer's
+    cached view of ``head`` (word 9, in the producer's cache line), so the compiled writer of
+    :mod:`gpumpi.ipc.fastring` and this one can take turns on the same ring.
+    """
+
+    __slots__ = ("ctl", "data", "size")
 
     def __init__(self, block: memoryview, size: int) -> None:
         self.ctl = block[:CTRL].cast("Q")
         self.data = block[CTRL : CTRL + size]
         self.size = size
-        self.tail = self.ctl[8]
-        self.head_cache = self.ctl[0]
+
+    @property
+    def tail(self) -> int:
+        """The producer's position (bytes written so far)."""
+        return self.ctl[8]
 
     def max_frame(self) -> int:
         return self.size // 2
 
     def reserve(self, n: int) -> int:
         """Offset in ``data`` where a frame of ``n`` bytes may be written, or -1 if full."""
+        ctl = self.ctl
         size = self.size
         need = _align8(n)
-        tail = self.tail
+        tail = ctl[8]
         off = tail % size
         if off + need > size:  # would wrap: pad to the end first
             need += size - off
-            if tail + need - self.head_cache > size:
-                self.head_cache = self.ctl[0]
-                if tail + need - self.head_cache > size:
+            if tail + need - ctl[9] > size:
+                ctl[9] = ctl[0]
+                if tail + need - ctl[9] > size:
                     return -1
             _U32.pack_into(self.data, off, PAD)
-            self.tail = tail = tail + (size - off)
-            self.ctl[8] = tail
+            ctl[8] = tail + (size - off)
             return 0
-        if tail + need - self.head_cache > size:
-            self.head_cache = self.ctl[0]
-            if tail + need - self.head_cache > size:
+        if tail + need - ctl[9] > size:
+            ctl[9] = ctl[0]
+            if tail + need - ctl[9] > size:
                 return -1
         return off
 
     def commit(self, n: int) -> None:
         """Publish the frame of ``n`` bytes written at the reserved offset."""
-        self.tail += _align8(n)
-        self.ctl[8] = self.tail
+        ctl = self.ctl
+        ctl[8] = ctl[8] + _align8(n)
 
     def free_bytes(self) -> int:
-        self.head_cache = self.ctl[0]
-        return self.size - (self.tail - self.head_cache)
+        ctl = self.ctl
+        ctl[9] = ctl[0]
+        return self.size - (ctl[8] - ctl[9])
 
 
 class RingReader:
-    """Consumer end of a ring."""
+    """Consumer end of a ring (its position is ``head``, word 0 of the control block)."""
 
-    __slots__ = ("ctl", "data", "size", "head")
+    __slots__ = ("ctl", "data", "size")
 
     def __init__(self, block: memoryview, size: int) -> None:
         self.ctl = block[:CTRL].cast("Q")
         self.data = block[CTRL : CTRL + size]
         self.size = size
-        self.head = self.ctl[0]
+
+    @property
+    def head(self) -> int:
+        """The consumer's position (bytes consumed so far)."""
+        return self.ctl[0]
 
     def peek(self) -> int:
-        """Offset of the next frame in ``data``, or -1 when the ring is empty."""
-        head = self.head
-        if self.ctl[8] == head:
+        """Offset of the next frame in ``data``, or -1 when it is empty."""
+        ctl = self.ctl
+        head = ctl[0]
+        if ctl[8] == head:
             return -1
         off = head % self.size
         if _U32.unpack_from(self.data, off)[0] == PAD:
             head += self.size - off
-            self.head = head
-            self.ctl[0] = head
-            if self.ctl[8] == head:
+            ctl[0] = head
+            if ctl[8] == head:
                 return -1
             return 0
         return off
 
     def release(self, n: int) -> None:
         """Give back the frame of ``n`` bytes just consumed."""
-        self.head += _align8(n)
-        self.ctl[0] = self.head
+        ctl = self.ctl
+        ctl[0] = ctl[0] + _align8(n)

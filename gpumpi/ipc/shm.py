@@ -28,7 +28,7 @@ import mmap
 from collections import deque
 
 from .._protocol import HEADER, HLEN
-from .base import HOST, Frames, Region, register
+from .base import HOST, Frames, Region, address_of, register
 from .ring import CTRL, RingReader, RingWriter
 
 _pack_into = HEADER.pack_into
@@ -65,6 +65,11 @@ class ShmTransport(Frames):
         self.max_payload = ring_size // 2 - HLEN
         # poll own ring last: replies from peers first keeps rendezvous moving
         self.peers_in = [p for p in range(size) if p != rank] + [rank]
+
+    def ring_addresses(self) -> tuple[list, list]:
+        """Addresses of the control blocks of the rings this rank writes and reads, per peer
+        (for the compiled fast path, :mod:`gpumpi.ipc.fastring`)."""
+        return [address_of(w.ctl) for w in self.out], [address_of(r.ctl) for r in self.inc]
 
     def send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int,
              payload=None, token=None) -> bool:
@@ -135,6 +140,9 @@ class ShmTransport(Frames):
         inc = self.inc
         for peer in self.peers_in:
             r = inc[peer]
+            ctl = r.ctl
+            if ctl[8] == ctl[0]:  # empty (the common case, checked without a call)
+                continue
             while got < budget:
                 off = r.peek()
                 if off < 0:
@@ -146,6 +154,14 @@ class ShmTransport(Frames):
                 r.release(n)
                 got += 1
         return got
+
+    def arrived(self) -> bool:
+        """Whether some ring holds a frame (a look at two words per ring, nothing read)."""
+        for r in self.inc:
+            ctl = r.ctl
+            if ctl[8] != ctl[0]:
+                return True
+        return False
 
     def drop(self, peer: int) -> list:
         """Forget the frames queued for ``peer``; the tokens that will never be written."""

@@ -55,6 +55,16 @@ shared cores under load, numba 0.68; best of 5): ``fetch_and_op`` SUM int64 ~0.6
 float64 ~9 us a call.  A first use per element type compiles in ~0.3 s, ~0.02 s from
 the cache.
 
+The window's near path goes further: :func:`fop_ndarray` and :func:`cas_ndarray` return
+compiled functions called without the dispatcher (``Dispatcher.get_overload``: no type
+matching; each int argument still costs ~30-40 ns to convert), which take the *addresses of
+the NumPy array objects* (``id``) and read each array's C header themselves (``data``, ``nd``,
+``dimensions``, ``flags`` of NumPy's ``PyArrayObject``, checked once by :func:`ndarray_layout`):
+one call checks that both arrays are one aligned element (the result writable), applies the
+operation and stores the old element into the result.  The element type is frozen into each
+compiled function (a closure over a zero of the type), so four int arguments suffice.
+:func:`raw` gives ``memmove`` and the fence the same way (small Put/Get, Flush).
+
 Types without an instruction (complex, ``long double``, the pair types, ``float16``,
 which Numba cannot do arithmetic on) are not :func:`supported`: the window code takes
 a lock around a plain read-modify-write for them.
@@ -98,8 +108,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["OPS", "supported", "accumulate", "fetch_and_op", "compare_and_swap", "load64", "store64", "cas64",
-           "add64", "fence", "device_accumulate", "kernel_accumulate"]
+__all__ = ["OPS", "supported", "accumulate", "fetch_and_op", "compare_and_swap", "fop_ndarray", "cas_ndarray",
+           "ndarray_layout", "load64", "store64", "cas64", "add64", "fence", "raw", "device_accumulate",
+           "kernel_accumulate"]
 
 #: the operations, in the order of their codes in the compiled switch
 OPS = ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR", "REPLACE", "NO_OP")
@@ -149,14 +160,14 @@ def supported(op: str, dtype) -> bool:
 
 # -- host: the intrinsics, built on first use -------------------------------------------------------
 
-_update = _cas = _load = _store = _rmw_add = _fence = None  # the intrinsics once _build() ran: the jitted
+_update = _cas = _load = _store = _rmw_add = _fence = _move = None  # the intrinsics once _build() ran: the jitted
 # functions below name them as globals, which numba resolves when it compiles them (as reduce.py's _cuda)
 _BUILT = None  # (numba, numba.types) once _build() ran
 
 
 def _build():
     """Define the intrinsics (imports numba and llvmlite)."""
-    global _update, _cas, _load, _store, _rmw_add, _fence, _BUILT
+    global _update, _cas, _load, _store, _rmw_add, _fence, _move, _BUILT
     if _BUILT is not None:
         return _BUILT
     import numba
@@ -337,8 +348,21 @@ def _build():
 
         return types.none(), codegen
 
-    del cgutils
-    _update, _cas, _load, _store, _rmw_add, _fence = update, cas, load, store, rmw_add, fence
+    @intrinsic
+    def move(typingctx, dst, src, n):
+        """``memmove(dst, src, n)`` on addresses (not atomic: a plain copy of bytes)."""
+        if not all(isinstance(t, types.Integer) for t in (dst, src, n)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            d, s, k = args
+            p = ir.IntType(8).as_pointer()
+            cgutils.raw_memmove(builder, builder.inttoptr(d, p), builder.inttoptr(s, p), k, 1)
+            return context.get_dummy_value()
+
+        return types.none(types.intp, types.intp, types.intp), codegen
+
+    _update, _cas, _load, _store, _rmw_add, _fence, _move = update, cas, load, store, rmw_add, fence, move
     _BUILT = (numba, types)
     return _BUILT
 
@@ -366,6 +390,52 @@ def _j_fetch_and_op(addr, val, op):
 
 def _j_cas(addr, expected, desired):
     return _cas(addr, expected, desired)
+
+
+_I32, _I64 = np.int32(0), np.int64(0)  # types the header loads take (numba freezes them as constants)
+
+
+def _j_element(obj, want):
+    """The address of the element of the one-element NumPy array whose object is at ``obj`` (its
+    ``id``) when its flags have every bit of ``want``; 0 otherwise (see :func:`fop_ndarray`)."""
+    if _load(obj + _FLAGS_AT, _I32) & want != want:
+        return 0
+    dims = _load(obj + _DIMS_AT, _I64)
+    for i in range(_load(obj + _ND_AT, _I32)):
+        if _load(dims + 8 * i, _I64) != 1:
+            return 0
+    return _load(obj + _DATA_AT, _I64)
+
+
+def _fop_ndarray_of(like):
+    """The Fetch_and_op of :func:`fop_ndarray` for elements of ``like``'s type (a closure: numba
+    freezes ``like``, so one compiled function per type, cached on disk as any other)."""
+    def fop_ndarray(addr, origin, result, op):
+        o = _element(origin, _ALIGNED)
+        r = _element(result, _ALIGNED | _WRITEABLE)
+        if o == 0 or r == 0:
+            return 1
+        _store(r, _update(addr, _load(o, like), op))
+        return 0
+
+    return fop_ndarray
+
+
+def _cas_ndarray_of(like):
+    def cas_ndarray(addr, origin, compare, result):
+        o = _element(origin, _ALIGNED)
+        c = _element(compare, _ALIGNED)
+        r = _element(result, _ALIGNED | _WRITEABLE)
+        if o == 0 or c == 0 or r == 0:
+            return 1
+        _store(r, _cas(addr, _load(c, like), _load(o, like)))
+        return 0
+
+    return cas_ndarray
+
+
+def _j_move(dst, src, n):
+    _move(dst, src, n)
 
 
 def _j_load(addr, like):
@@ -412,6 +482,9 @@ _CAS: dict = {}  # id(dtype) -> (dispatcher, np.dtype, bits dtype or None, bool?
 _LOOPS: dict = {}  # work dtype -> accumulate dispatcher
 _SCALARS: dict = {}  # (name, work dtype) -> dispatcher
 _WORDS = None  # (load64, store64, cas64, add64, fence) dispatchers
+_INTO: dict = {}  # ("fop" / "cas", dtype) -> compiled fop_ndarray / cas_ndarray
+_element = None  # the dispatcher of _j_element once an ndarray entry point was made (a global of theirs)
+_RAW = None  # (move, fence): the compiled functions themselves
 
 
 def _check(call: str, op: str, dtype) -> np.dtype:
@@ -489,14 +562,77 @@ def _fop_entry(op: str, dtype):
     return e
 
 
-def fop_entry(op: str, dtype) -> tuple:
-    """``(fn, code, is_bool, align_mask)`` for ``op`` on ``dtype``: ``fn(addr, value, code)`` is the
-    compiled :func:`fetch_and_op` itself, for callers that cache it (``Win.Fetch_and_op``'s fast path);
-    the address must be a multiple of ``align_mask + 1``.  ``ValueError`` where not :func:`supported`."""
-    e = _FOP.get((op, id(dtype)))
-    if e is None:
-        e = _fop_entry(op, dtype)
-    return e[:4]
+def _compiled(dispatcher):
+    """The machine code behind a dispatcher of one signature, callable without the dispatcher
+    (``Dispatcher.get_overload``): no type matching, ~0.1 us less a call.  Its arguments are
+    converted as C converts (a float given for an integer is truncated): callers pass ints."""
+    return dispatcher.get_overload(dispatcher.signatures[0])
+
+
+# PyArrayObject (NumPy's C struct, the same in NumPy 1 and 2): where the fields the ndarray entry
+# points read lie from the object's address, and the flag bits they test (NPY_ARRAY_*)
+_DATA_AT, _ND_AT, _DIMS_AT, _FLAGS_AT = 16, 24, 32, 64
+_ALIGNED, _WRITEABLE = 0x100, 0x400
+_LAYOUT: list = []  # [whether this interpreter's ndarrays have that layout], once checked
+
+
+def ndarray_layout() -> bool:
+    """Whether the ndarrays of this interpreter lay out ``data``, ``nd``, ``dimensions`` and
+    ``flags`` where :func:`fop_ndarray` and :func:`cas_ndarray` read them (64-bit CPython, checked
+    on sample arrays against NumPy's own accessors, as :mod:`gpumpi._arrays` checks its peeks)."""
+    if not _LAYOUT:
+        import ctypes
+        import sys
+
+        ok = sys.implementation.name == "cpython" and ctypes.sizeof(ctypes.c_void_p) == 8
+        if ok:
+            base = np.arange(24, dtype=np.int32).reshape(4, 6)
+            ro = np.ones(3)
+            ro.flags.writeable = False
+            for a in (np.zeros(1), np.zeros((1, 1), np.int8), np.array(5), base, base[:, ::2], base.T[1:], ro,
+                      np.empty(0)):
+                at = id(a)
+                nd = ctypes.c_int.from_address(at + _ND_AT).value
+                dims = ctypes.c_void_p.from_address(at + _DIMS_AT).value or 0
+                fl = ctypes.c_int.from_address(at + _FLAGS_AT).value
+                if (nd != a.ndim or ctypes.c_void_p.from_address(at + _DATA_AT).value != a.ctypes.data
+                        or tuple((ctypes.c_int64 * nd).from_address(dims)) != a.shape
+                        or bool(fl & _ALIGNED) != a.flags.aligned or bool(fl & _WRITEABLE) != a.flags.writeable):
+                    ok = False
+                    break
+        _LAYOUT.append(ok)
+    return _LAYOUT[0]
+
+
+def _ndarray_entry(kind: str, dt: np.dtype, make):
+    global _element
+    fn = _INTO.get((kind, dt))
+    if fn is None:
+        _, types = _build()
+        i8 = types.int64
+        if _element is None:
+            _element = _jit(_j_element, i8(i8, i8))
+        sig = i8(i8, i8, i8, i8)
+        fn = _INTO[(kind, dt)] = _compiled(_jit(make(dt.type(0)), sig))
+    return fn
+
+
+def fop_ndarray(op: str, dtype) -> tuple:
+    """``(fn, code, align_mask)``: ``fn(addr, id(origin), id(result), code)`` is MPI_Fetch_and_op of
+    one element, read from and written to NumPy arrays in one call into machine code: when both
+    arrays hold exactly one element, aligned, the result writable, it applies ``op`` with the origin's
+    element to the element at ``addr`` atomically, stores the old element into the result and
+    returns 0; otherwise it returns 1 and touches nothing.
+
+    The window's near path (``Win.Fetch_and_op``) calls it; the caller guarantees what the machine
+    code cannot check: both objects are ndarrays of exactly ``dtype`` (``type(a) is np.ndarray``),
+    alive during the call; ``addr`` is a multiple of ``align_mask + 1``; every argument a Python
+    ``int``.  It reads the arrays' C headers (:func:`ndarray_layout` must be true).  Integer and
+    float types only (not ``bool``); ``ValueError`` where not :func:`supported`."""
+    dt = _check("atomics.fop_ndarray", op, dtype)
+    if dt.kind == "b" or not ndarray_layout():
+        raise ValueError(f"atomics.fop_ndarray: integer and float types only, on CPython's ndarrays ({dtype!r})")
+    return _ndarray_entry("fop", dt, _fop_ndarray_of), _CODE[op], dt.itemsize - 1
 
 
 def fetch_and_op(addr: int, value, op: str, dtype):
@@ -531,16 +667,14 @@ def _cas_entry(dtype):
     return e
 
 
-def cas_entry(dtype) -> tuple:
-    """``(fn, align_mask)`` for an integer ``dtype``: ``fn(addr, compare, value)`` is the compiled
-    :func:`compare_and_swap`, for callers that cache it (``Win.Compare_and_swap``'s fast path)."""
+def cas_ndarray(dtype) -> tuple:
+    """``(fn, align_mask)`` for an integer ``dtype``: ``fn(addr, id(origin), id(compare), id(result))``
+    is MPI_Compare_and_swap of one element between NumPy arrays, as :func:`fop_ndarray` (0: done;
+    1: an array is not one aligned element, or the result is not writable; nothing touched)."""
     dt = _np_dtype(dtype)
-    if dt is None or dt.kind not in "iu":
-        raise ValueError(f"atomics.cas_entry: integer types only ({dtype!r})")
-    e = _CAS.get(id(dtype))
-    if e is None:
-        e = _cas_entry(dtype)
-    return e[0], e[4]
+    if dt is None or dt.kind not in "iu" or not _elem_ok(dt) or not ndarray_layout():
+        raise ValueError(f"atomics.cas_ndarray: native integer types only, on CPython's ndarrays ({dtype!r})")
+    return _ndarray_entry("cas", dt, _cas_ndarray_of), dt.itemsize - 1
 
 
 def compare_and_swap(addr: int, compare, value, dtype):
@@ -602,6 +736,18 @@ def add64(addr: int, delta: int) -> int:
 def fence() -> None:
     """A full memory barrier (``fence seq_cst``)."""
     (_WORDS or _words())[4]()
+
+
+def raw() -> tuple:
+    """``(move, fence)``, compiled and called without a dispatcher (see :func:`_compiled`):
+    ``move(dst, src, n)`` is ``memmove`` on addresses (ints; not atomic), ``fence()`` is
+    :func:`fence`.  The window's small Put/Get and Flush take them."""
+    global _RAW
+    if _RAW is None:
+        _, types = _build()
+        i8 = types.int64
+        _RAW = (_compiled(_jit(_j_move, types.none(i8, i8, i8))), _compiled((_WORDS or _words())[4]))
+    return _RAW
 
 
 # -- device kernels (plain Python; compiled by _device, run by numba's simulator for the tests) ---------

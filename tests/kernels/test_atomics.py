@@ -256,6 +256,75 @@ def test_compare_and_swap_bitwise():
         A.compare_and_swap(c.ctypes.data, 0, 0, np.dtype(np.complex128))
 
 
+@pytest.mark.parametrize("op,t", [(op, t) for op, t in PAIRS if t != "?"])
+def test_fop_ndarray_against_numpy(op, t):
+    """The one-call Fetch_and_op between one-element arrays: the target as fetch_and_op leaves it,
+    the old element written into the result array, 0 returned."""
+    dt = np.dtype(t)
+    rng = np.random.default_rng(seed(op, t, 7))
+    fn, code, mask = A.fop_ndarray(op, dt)
+    assert mask == dt.itemsize - 1
+    win = sample(dt, 3, rng)
+    for v, shape in zip(sample(dt, 6, rng), [(1,), (), (1, 1), (1,), (1, 1, 1), ()]):
+        w = win.copy()
+        o = np.full(shape, v, dt)
+        r = np.zeros(shape[::-1], dt)
+        assert fn(w.ctypes.data + dt.itemsize, id(o), id(r), code) == 0
+        same(r.reshape(()), win[1])
+        same(w, np.array([win[0], ref(op, win[1], v, dt), win[2]], dt))
+        win = w
+
+
+def test_fop_ndarray_refuses_and_touches_nothing():
+    dt = np.dtype(np.int64)
+    fn, code, _ = A.fop_ndarray("SUM", dt)
+    w = np.array([10], dt)
+    one, res = np.ones(1, dt), np.full(1, -1, dt)
+    ro = np.zeros(1, dt)
+    ro.flags.writeable = False
+    raw = np.zeros(17, np.uint8)
+    unaligned = np.frombuffer(raw.data, dt, 1, 1)  # one int64 at an odd address
+    assert not unaligned.flags.aligned
+    keep = []  # every array stays alive during its call: the entry point reads its header
+    for o, r in [(np.ones(2, dt), res), (one, np.zeros(2, dt)), (np.ones(0, dt), res), (one, ro),
+                 (unaligned, res), (one, np.zeros(3, dt)[::2][:1].reshape(1)[:0]), (one, np.zeros((1, 2), dt))]:
+        keep.append((o, r))
+        assert fn(w.ctypes.data, id(o), id(r), code) == 1
+    assert w[0] == 10 and res[0] == -1 and ro[0] == 0
+    strided = np.zeros(3, dt)[::2][:1]  # one element of a strided view: still one aligned element
+    assert fn(w.ctypes.data, id(one), id(strided), code) == 0 and strided[0] == 10 and w[0] == 11
+    with pytest.raises(ValueError, match="atomics.fop_ndarray"):
+        A.fop_ndarray("LOR", np.dtype(bool))
+    with pytest.raises(ValueError, match="no atomic BAND"):
+        A.fop_ndarray("BAND", np.dtype(np.float64))
+
+
+@pytest.mark.parametrize("t", INTS)
+def test_cas_ndarray(t):
+    dt = np.dtype(t)
+    fn, mask = A.cas_ndarray(dt)
+    assert mask == dt.itemsize - 1
+    w = np.array([3, 7], dt)
+    new, cmp, res = np.array([5], dt), np.array([3], dt), np.zeros(1, dt)
+    assert fn(w.ctypes.data, id(new), id(cmp), id(res)) == 0 and res[0] == 3 and w[0] == 5  # equal: swapped
+    assert fn(w.ctypes.data, id(new), id(cmp), id(res)) == 0 and res[0] == 5 and w[0] == 5  # not equal: kept
+    ro = np.zeros(1, dt)
+    ro.flags.writeable = False
+    assert fn(w.ctypes.data + dt.itemsize, id(new), id(np.array([7], dt)[:1]), id(ro)) == 1 and w[1] == 7
+    with pytest.raises(ValueError, match="atomics.cas_ndarray"):
+        A.cas_ndarray(np.dtype(np.float64))
+
+
+def test_ndarray_layout_and_raw():
+    assert A.ndarray_layout()  # CPython on 64-bit: the headers are where NumPy's C struct puts them
+    move, fence = A.raw()
+    a = np.arange(10, dtype=np.uint8)
+    move(a.ctypes.data + 2, a.ctypes.data, 5)  # overlapping: memmove
+    assert a.tolist() == [0, 1, 0, 1, 2, 3, 4, 7, 8, 9]
+    move(a.ctypes.data, a.ctypes.data, 0)
+    assert fence() is None
+
+
 def test_words():
     w = np.zeros(2, np.int64)
     a = w.ctypes.data

@@ -1,0 +1,308 @@
+"""Compiled ring operations: the small-message fast path of the shm transport (L4).
+
+Theory of operation
+===================
+A small message costs the Python engine a dozen calls on each side (parse, lock, reserve,
+pack the header, poll every ring, unpack it, match, copy, bookkeeping); on a slow core that
+is several microseconds, where a compiled loop spinning on a shared word answers in well
+under one.  This module is that compiled code: Numba functions (``nogil``, cached on disk)
+that work on the rings of :mod:`gpumpi.ipc.ring` through raw addresses, with the same
+layout, frame format and publication order as the Python code, so frames written here
+are read there and the other way round:
+
+* :func:`send` writes one EAGER frame (the 32-byte header of :mod:`gpumpi._protocol`, no
+  flags, and its payload, copied from an address) into the ring to one peer, or reports
+  that it does not fit (the caller falls back to the engine, which queues it).
+* :func:`recv` spins on every ring this rank reads and *consumes* the first frame only if
+  it is exactly what the caller's receive would match first: an EAGER frame, no flags,
+  from the wanted source on the wanted context with an accepted tag, that fits and has a
+  compatible signature (``sig`` 0: any; the caller passes 0 when type checks are off).  It copies the payload to the destination, gives the frame back
+  and reports source, tag, size and signature in ``out``.  Anything else -- a frame of
+  another kind, from another peer, for another receive, a truncation, a type mismatch --
+  is left in place and reported as ``OTHER``: the engine's general path then handles it
+  (the caller has consumed nothing, so the general path sees every frame in order).  A
+  change of the job's failure epoch is reported as ``EPOCH``; a spin that found nothing
+  for ``budget`` rounds returns ``EMPTY`` so the caller can back off (eight ranks on two
+  cores) and keep its other duties.
+* :func:`wait` spins until any ring holds a frame (or the epoch changes, or the budget
+  ends) without touching anything: a thread waits there with the GIL released, outside
+  the engine lock, and then takes the lock to handle what came.
+
+The ring table ``tab`` (int64) describes this rank's incoming rings: ``tab[0]`` the ring
+size, ``tab[1]`` the address of the job's failure epoch word (0: none), ``tab[2]`` the
+number of rings, then per ring (in the engine's poll order) its control block address and
+its peer's world rank.  The data area follows the 128-byte control block.
+
+Memory order: the producer writes the frame with plain stores and publishes ``tail`` with
+a release store; the consumer reads ``tail`` with an acquire load, then the frame, and
+gives it back with a release store of ``head`` (the Python code relies on x86-64's total
+store order for the same guarantees).  The producer keeps its cached view of ``head`` in
+the word after ``tail`` (its own cache line), so the Python and compiled writers share it.
+
+Numba is imported on first use (:func:`kernels`), never at ``import gpumpi``.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+
+#: recv/wait results
+EMPTY, GOT, OTHER, EPOCH = 0, 1, 2, 3
+
+CTRL = 128  # control block bytes (gpumpi.ipc.ring.CTRL)
+_TAIL = 64  # byte offset of the producer's position
+_HCACHE = 72  # byte offset of the producer's cached consumer position
+_PAD = 0xFFFFFFFF
+_HLEN = 32
+_EAGER = 1  # gpumpi._protocol.EAGER
+_SIG_SHIFT = 48
+_ANY_SOURCE = -2
+_ANY_TAG = -1
+
+_LOCK = threading.Lock()
+_K = None
+
+# the intrinsics and the compiled peek, once _build() ran: the functions below name them as
+# globals, which numba resolves when it compiles them (so the disk cache can serve them)
+_ld64a = _ld64 = _ld32 = _ld16 = _ld8 = _ldi32 = _st64r = _st64 = _st32 = _st16 = _st8 = None
+_memcpy = _pause = _peek = None
+
+
+def kernels():
+    """``(send, recv, wait)``: the compiled functions (imports numba; compiles them, or loads
+    them from the disk cache, on first use).  They are the machine code's entry points, without
+    Numba's dispatcher: every argument must be a Python ``int`` except ``tab`` and ``out``,
+    C-contiguous ``int64`` arrays."""
+    global _K
+    if _K is None:
+        with _LOCK:
+            if _K is None:
+                _K = _build()
+    return _K
+
+
+def _intrinsics():
+    global _ld64a, _ld64, _ld32, _ld16, _ld8, _ldi32, _st64r, _st64, _st32, _st16, _st8, _memcpy, _pause
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    def _ptr(builder, addr, lty):
+        return builder.inttoptr(addr, lty.as_pointer())
+
+    def loader(ty, order):
+        @intrinsic
+        def ld(typingctx, addr):
+            if not isinstance(addr, types.Integer):
+                return None
+
+            def codegen(context, builder, sig, args):
+                lty = context.get_value_type(ty)
+                p = _ptr(builder, args[0], lty)
+                if order is None:
+                    return builder.load(p, align=ty.bitwidth // 8)
+                return builder.load_atomic(p, order, ty.bitwidth // 8)
+
+            return ty(types.intp), codegen
+
+        return ld
+
+    def storer(ty, order):
+        @intrinsic
+        def st(typingctx, addr, val):
+            if not (isinstance(addr, types.Integer) and isinstance(val, types.Integer)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                lty = context.get_value_type(ty)
+                v = context.cast(builder, args[1], sig.args[1], ty)
+                p = _ptr(builder, args[0], lty)
+                if order is None:
+                    builder.store(v, p, align=ty.bitwidth // 8)
+                else:
+                    builder.store_atomic(v, p, order, ty.bitwidth // 8)
+                return context.get_dummy_value()
+
+            return types.none(types.intp, val), codegen
+
+        return st
+
+    @intrinsic
+    def memcpy(typingctx, dst, src, n):
+        if not all(isinstance(t, types.Integer) for t in (dst, src, n)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            i8 = ir.IntType(8)
+            cgutils.raw_memcpy(builder, _ptr(builder, args[0], i8), _ptr(builder, args[1], i8), args[2], 1)
+            return context.get_dummy_value()
+
+        return types.none(types.intp, types.intp, types.intp), codegen
+
+    x86 = platform.machine() in ("x86_64", "AMD64", "i686", "i386")
+
+    @intrinsic
+    def pause(typingctx):
+        def codegen(context, builder, sig, args):
+            if x86:  # tell the core it spins (frees resources for the sibling hyperthread)
+                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                    "llvm.x86.sse2.pause")
+                builder.call(fn, [])
+            else:
+                builder.fence("seq_cst")
+            return context.get_dummy_value()
+
+        return types.none(), codegen
+
+    _ld64a, _ld64 = loader(types.int64, "acquire"), loader(types.int64, None)
+    _ld32, _ld16, _ld8, _ldi32 = (loader(types.uint32, None), loader(types.uint16, None), loader(types.uint8, None),
+                                  loader(types.int32, None))
+    _st64r, _st64 = storer(types.int64, "release"), storer(types.int64, None)
+    _st32, _st16, _st8 = storer(types.uint32, None), storer(types.uint16, None), storer(types.uint8, None)
+    _memcpy, _pause = memcpy, pause
+
+
+def _jit(pyfunc, sig):
+    """``numba.njit(sig, nogil=True, cache=True)(pyfunc)``: compiled now (or loaded from the cache)."""
+    import numba
+
+    try:
+        return numba.njit(sig, nogil=True, cache=True)(pyfunc)
+    except RuntimeError:  # no writable cache location
+        return numba.njit(sig, nogil=True)(pyfunc)
+
+
+def _build():
+    global _peek
+    _intrinsics()
+    _peek = _jit(_j_peek, "int64(int64, int64)")
+    send = _jit(_j_send, "int64(int64, int64, int64, int64, int64, int64, int64, int64)")
+    recv = _jit(_j_recv, "int64(int64[::1], int64, int64, int64, int64, int64, int64, int64, int64, int64, int64[::1])")
+    wait = _jit(_j_wait, "int64(int64[::1], int64, int64)")
+    # the machine code's own entry points: no dispatcher (no typing of the arguments on each
+    # call, about half the cost of a call); callers pass exactly these types
+    return tuple(f.get_overload(f.signatures[0]) for f in (send, recv, wait))
+
+
+# -- the compiled functions (plain Python here; compiled by _build) ---------------------------------
+
+
+def _j_send(ctl, size, src, ctx, tag, sig, paddr, plen):
+    """Write an EAGER frame of ``plen`` bytes from ``paddr`` into the ring at ``ctl``; 1, or 0
+    when it does not fit now (nothing written)."""
+    n = _HLEN + plen
+    need = (n + 7) & ~7
+    tail = _ld64(ctl + _TAIL)
+    hc = _ld64(ctl + _HCACHE)
+    off = tail % size
+    data = ctl + CTRL
+    if off + need > size:  # would wrap: pad to the end first
+        wneed = need + size - off
+        if tail + wneed - hc > size:
+            hc = _ld64a(ctl)
+            _st64(ctl + _HCACHE, hc)
+            if tail + wneed - hc > size:
+                return 0
+        _st32(data + off, _PAD)
+        tail += size - off
+        _st64r(ctl + _TAIL, tail)
+        off = 0
+    elif tail + need - hc > size:
+        hc = _ld64a(ctl)
+        _st64(ctl + _HCACHE, hc)
+        if tail + need - hc > size:
+            return 0
+    p = data + off
+    _st32(p, n)
+    _st8(p + 4, _EAGER)
+    _st8(p + 5, 0)
+    _st16(p + 6, src)
+    _st32(p + 8, ctx)
+    _st32(p + 12, tag)
+    _st64(p + 16, plen | (sig << _SIG_SHIFT))
+    _st64(p + 24, 0)
+    if plen:
+        _memcpy(p + _HLEN, paddr, plen)
+    _st64r(ctl + _TAIL, tail + need)
+    return 1
+
+
+def _j_peek(ctl, size):
+    """Offset of the next frame of the ring at ``ctl``, or -1 when it is empty (consumes a pad
+    marker: call it only as the ring's consumer)."""
+    head = _ld64(ctl)
+    if _ld64a(ctl + _TAIL) == head:
+        return -1
+    off = head % size
+    if _ld32(ctl + CTRL + off) == _PAD:
+        head += size - off
+        _st64r(ctl, head)
+        if _ld64a(ctl + _TAIL) == head:
+            return -1
+        return 0
+    return off
+
+
+def _j_recv(tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
+    """Consume the next frame if it is the eager message this receive matches (see the module
+    docstring); GOT (``out`` = source, tag, bytes, signature), OTHER, EPOCH or EMPTY."""
+    size = tab[0]
+    eaddr = tab[1]
+    nring = tab[2]
+    while True:
+        for i in range(nring):
+            ctl = tab[3 + 2 * i]
+            off = _peek(ctl, size)
+            if off < 0:
+                continue
+            if want != _ANY_SOURCE and tab[4 + 2 * i] != want:
+                return OTHER
+            p = ctl + CTRL + off
+            n = _ld32(p)
+            if _ld8(p + 4) != _EAGER or _ld8(p + 5) != 0 or _ldi32(p + 8) != ctx:
+                return OTHER
+            hsrc = _ld16(p + 6)
+            htag = _ldi32(p + 12)
+            if (src != _ANY_SOURCE and hsrc != src) or (tag != _ANY_TAG and htag != tag):
+                return OTHER
+            wire = _ld64(p + 16)
+            nb = wire & ((1 << _SIG_SHIFT) - 1)
+            msig = (wire >> _SIG_SHIFT) & 0xFFFF
+            if nb > cap:
+                return OTHER  # truncation: the general path reports it
+            if sig and msig and sig != msig and nb:
+                return OTHER  # a type mismatch: likewise
+            if nb:
+                _memcpy(dst, p + _HLEN, nb)
+            _st64r(ctl, _ld64(ctl) + ((n + 7) & ~7))
+            out[0] = hsrc
+            out[1] = htag
+            out[2] = nb
+            out[3] = msig
+            return GOT
+        if eaddr and _ld64a(eaddr) != epoch:
+            return EPOCH
+        budget -= 1
+        if budget <= 0:
+            return EMPTY
+        _pause()
+
+
+def _j_wait(tab, budget, epoch):
+    """Spin until a ring holds a frame (GOT), the failure epoch changes (EPOCH) or ``budget``
+    rounds pass (EMPTY); reads only (a pad marker counts as a frame: the engine skips it)."""
+    eaddr = tab[1]
+    nring = tab[2]
+    while True:
+        for i in range(nring):
+            ctl = tab[3 + 2 * i]
+            if _ld64a(ctl + _TAIL) != _ld64a(ctl):
+                return GOT
+        if eaddr and _ld64a(eaddr) != epoch:
+            return EPOCH
+        budget -= 1
+        if budget <= 0:
+            return EMPTY
+        _pause()

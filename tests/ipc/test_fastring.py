@@ -1,0 +1,142 @@
+"""The compiled ring operations (gpumpi.ipc.fastring) against the Python ring ends (ipc.ring):
+same frames, same positions, every refusal leaves the ring untouched."""
+
+import ctypes
+import mmap
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from gpumpi import _protocol as P  # noqa: E402
+from gpumpi.ipc import fastring as F  # noqa: E402
+from gpumpi.ipc.ring import CTRL, RingReader, RingWriter  # noqa: E402
+
+SIZE = 4096
+
+
+@pytest.fixture(scope="module")
+def k():
+    return F.kernels()
+
+
+class Ring:
+    """One ring, read and written by both the compiled and the Python ends."""
+
+    def __init__(self, size=SIZE, peer=3, epoch_word=None):
+        self.mm = mmap.mmap(-1, CTRL + size)
+        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        self.size = size
+        self.r = RingReader(memoryview(self.mm), size)
+        self.w = RingWriter(memoryview(self.mm), size)
+        self.epoch = np.zeros(1, np.int64)
+        self.tab = np.array([size, self.epoch.ctypes.data, 1, self.base, peer], np.int64)
+        self.out = np.zeros(4, np.int64)
+
+    def py_send(self, kind, flags, src, ctx, tag, payload, sig=0, msgid=0):
+        n = P.HLEN + len(payload)
+        off = self.w.reserve(n)
+        assert off >= 0
+        P.HEADER.pack_into(self.w.data, off, n, kind, flags, src, ctx, tag, len(payload) | (sig << P.SIG_SHIFT), msgid)
+        self.w.data[off + P.HLEN: off + n] = payload
+        self.w.commit(n)
+
+    def py_recv(self):
+        off = self.r.peek()
+        if off < 0:
+            return None
+        hdr = P.HEADER.unpack_from(self.r.data, off)
+        payload = bytes(self.r.data[off + P.HLEN: off + hdr[0]])
+        self.r.release(hdr[0])
+        return hdr, payload
+
+
+def test_compiled_send_python_recv_across_wraps(k):
+    send = k[0]
+    ring = Ring()
+    rng = np.random.default_rng(1)
+    for i in range(500):
+        data = rng.integers(0, 256, int(rng.integers(0, 700)), dtype=np.uint8)
+        assert send(ring.base, SIZE, 5, 77, i, 9, data.ctypes.data, data.size) == 1
+        hdr, payload = ring.py_recv()
+        assert hdr[1:6] == (P.EAGER, 0, 5, 77, i)
+        assert hdr[6] == data.size | (9 << P.SIG_SHIFT) and hdr[7] == 0
+        assert payload == data.tobytes()
+        assert ring.py_recv() is None
+    assert ring.r.head == ring.w.tail > 500 * 32
+
+
+def test_python_send_compiled_recv_across_wraps(k):
+    recv = k[1]
+    ring = Ring()
+    rng = np.random.default_rng(2)
+    dst = np.zeros(1024, np.uint8)
+    for i in range(500):
+        data = rng.integers(0, 256, int(rng.integers(0, 700)), dtype=np.uint8).tobytes()
+        ring.py_send(P.EAGER, 0, 4, 11, i, data, sig=7)
+        assert recv(ring.tab, 3, 11, 4, i, 7, dst.ctypes.data, dst.size, 1, 0, ring.out) == F.GOT
+        assert ring.out.tolist() == [4, i, len(data), 7]
+        assert dst[: len(data)].tobytes() == data
+    assert ring.r.peek() == -1
+
+
+def test_full_ring_refuses_and_writes_nothing(k):
+    send = k[0]
+    ring = Ring()
+    data = np.ones(1000, np.uint8)
+    sent = 0
+    while send(ring.base, SIZE, 0, 1, sent, 0, data.ctypes.data, data.size):
+        sent += 1
+    assert sent == SIZE // 1032  # frames of 32 + 1000 bytes, 8-aligned
+    tail = ring.w.tail
+    assert send(ring.base, SIZE, 0, 1, 99, 0, data.ctypes.data, data.size) == 0
+    assert ring.w.tail == tail
+    assert ring.py_recv()[0][5] == 0  # room again once the consumer moved on
+    assert send(ring.base, SIZE, 0, 1, 99, 0, data.ctypes.data, data.size) == 1
+
+
+@pytest.mark.parametrize("case", ["kind", "flags", "ctx", "source", "tag", "truncate", "type", "peer"])
+def test_recv_leaves_what_it_does_not_serve(k, case):
+    recv = k[1]
+    ring = Ring(peer=3)
+    kind, flags, src, ctx, tag, sig = P.RTS if case == "kind" else P.EAGER, P.FLAG_SYNC if case == "flags" else 0, \
+        4, 12 if case == "ctx" else 11, 5, 7
+    payload = b"x" * (64 if case == "truncate" else 16)
+    ring.py_send(kind, flags, src, ctx, tag, payload, sig=sig)
+    dst = np.zeros(32, np.uint8)
+    want = 2 if case == "peer" else 3
+    rc = recv(ring.tab, want, 11, 6 if case == "source" else 4, 9 if case == "tag" else 5,
+              8 if case == "type" else 7, dst.ctypes.data, dst.size, 1, 0, ring.out)
+    assert rc == F.OTHER
+    assert not dst.any()
+    hdr, got = ring.py_recv()  # the frame is still there, whole
+    assert hdr[1] == kind and got == payload
+
+
+def test_recv_wildcards_and_untyped(k):
+    recv = k[1]
+    ring = Ring(peer=3)
+    dst = np.zeros(8, np.uint8)
+    ring.py_send(P.EAGER, 0, 4, 11, 5, b"abcdefgh", sig=7)
+    # ANY_SOURCE, ANY_TAG, and signature 0 on the receive: accepts any type
+    assert recv(ring.tab, -2, 11, -2, -1, 0, dst.ctypes.data, 8, 1, 0, ring.out) == F.GOT
+    assert ring.out.tolist() == [4, 5, 8, 7] and dst.tobytes() == b"abcdefgh"
+    ring.py_send(P.EAGER, 0, 4, 11, 5, b"", sig=9)  # an empty message matches whatever the type
+    assert recv(ring.tab, 3, 11, 4, 5, 7, dst.ctypes.data, 8, 1, 0, ring.out) == F.GOT
+    assert ring.out.tolist() == [4, 5, 0, 9]
+
+
+def test_empty_and_epoch(k):
+    recv, wait = k[1], k[2]
+    ring = Ring()
+    dst = np.zeros(8, np.uint8)
+    assert recv(ring.tab, -2, 11, -2, -1, 0, dst.ctypes.data, 8, 50, 0, ring.out) == F.EMPTY
+    assert wait(ring.tab, 50, 0) == F.EMPTY
+    ring.epoch[0] = 1  # the launcher recorded a failure
+    assert recv(ring.tab, -2, 11, -2, -1, 0, dst.ctypes.data, 8, 50, 0, ring.out) == F.EPOCH
+    assert wait(ring.tab, 50, 0) == F.EPOCH
+    assert wait(ring.tab, 50, 1) == F.EMPTY
+    ring.py_send(P.EAGER, 0, 4, 11, 5, b"z")
+    assert wait(ring.tab, 50, 1) == F.GOT
+    assert ring.py_recv()[1] == b"z"  # wait only looked
