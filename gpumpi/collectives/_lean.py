@@ -31,19 +31,24 @@ schedule the executor would run (``_calls._schedule`` with the same arguments, s
 ``GPUMPI_COLL_ALGORITHM`` applies alike), the tag is ``comm._ctag()`` taken once the
 call is known to run here (where the executor's ``Coll`` takes it), the context is the
 collective one (``ctx + 1``), and a send carries the datatype's signature code, or the
-one the buffer last received (the executor's ``fsig``).  A round posts its sends
-(``Engine.isend``), then its receives (a blocking ``Engine.recv`` when there is one,
-else ``irecv`` each and wait), then waits for the sends still in flight (a full ring:
-the frame points at the buffer) and runs its local steps.  Posting the sends first does
-not change what matches what: messages of a pair match in posting order, and the order
-of a rank's sends to one peer, and of its receives from one peer, is the schedule's.
+one the buffer last received (the executor's ``fsig``).  A round posts its sends, then
+its receives, then waits for the sends still in flight (a full ring: the frame points
+at the buffer) and runs its local steps.  A send is one compiled call
+(``Engine.send_fast``: the bytes written into the ring now) or, where that declines,
+``Engine.isend``; a round's one receive is ``Engine.recv_fast`` (compiled, blocking) or,
+where that declines (a message waiting, to truncate, a failure...), ``irecv`` and a
+wait, as several receives are.  The compiled calls take addresses, so the byte views
+of user arrays are made only when a general call or a copy needs them.  Posting the
+sends first does not change what matches what: messages of a pair match in posting
+order, and the order of a rank's sends to one peer, and of its receives from one peer,
+is the schedule's.
 
 Receives are posted with the exact byte count and no signature filter and checked as the
 executor checks them: a longer message is ``ERR_TRUNCATE``, a shorter one ``ERR_COUNT``,
 another basic type ``ERR_TYPE`` -- recorded, the schedule goes on, the first is raised at
 the end (the same text as the executor's).  Any other error (a failed peer:
-``ERR_PROC_FAILED``, which ``Engine.recv`` reports instead of waiting for ever) stops the
-run after its round.
+``ERR_PROC_FAILED``, which the engine reports instead of waiting for ever) stops the run
+after its round.
 
 Plans and temporaries
 ---------------------
@@ -54,11 +59,12 @@ and addresses); a call takes one set from the plan's free list and puts it back,
 calls running at once (threads, or a collective inside a progress callback) never share
 one.  Reductions call the ufunc of the reducer the executor uses
 (``kernels.reduce.resolve``: same ufunc, same NumPy type, same operand order) on typed
-views; operations without a ufunc (``REPLACE``, ``NO_OP``, ``MINLOC``/``MAXLOC`` pairs)
-call the reducer's host function on bytes.  A ``COPY x -> d`` followed by
-``RED t -> d`` runs as ``d = x op t`` in one pass, as the executor fuses it.  A
-one-element in-place ufunc call, which NumPy runs three times slower than a three-operand
-one, writes a scratch element that is copied back.
+views; ``MINLOC``/``MAXLOC`` on pair types, which have no ufunc, call the reducer's host
+function on bytes.  A ``COPY x -> d`` followed by ``RED t -> d`` runs as ``d = x op t``
+in one pass, as the executor fuses it; recursive doubling's opening copy of the send
+buffer is left out altogether (``_elide_copy``).  A one-element in-place ufunc call,
+which NumPy runs three times slower than a three-operand one, writes a scratch element
+that is copied back.
 """
 
 from __future__ import annotations
@@ -147,13 +153,15 @@ def _infer(dtype):
 
 
 class _Set:
-    """One call's buffers, by schedule buffer id: byte views ``mv``, typed views ``ta`` (for
-    reductions) and addresses ``ad``; ids from ``TMP`` on are the plan's temporaries."""
+    """One call's buffers, by schedule buffer id: addresses ``ad``, typed views ``ta`` (for
+    reductions) and byte views ``mv`` (made from the user arrays ``arr`` when a step needs
+    one: ``_mv``; the compiled engine calls take addresses); ids from ``TMP`` on are the
+    plan's temporaries."""
 
-    __slots__ = ("mv", "ta", "ad", "sc", "scmv")
+    __slots__ = ("arr", "mv", "ta", "ad", "sc", "scmv")
 
     def __init__(self, tmp_units, unit: int, npdt) -> None:
-        self.mv, self.ta, self.ad = [None, None], [None, None], [0, 0]
+        self.arr, self.mv, self.ta, self.ad = [None, None], [None, None], [None, None], [0, 0]
         for units in tmp_units:
             t = np.empty(units, npdt) if npdt is not None else np.empty(units * unit, _U8)
             self.ta.append(t)
@@ -167,9 +175,10 @@ class _Plan:
     """A schedule compiled for this path: ``rounds`` of ``(sends, recvs, locals)``.
 
     sends ``(peer, buf, b0, b1, whole)``, recvs ``(peer, buf, b0, b1, whole, exchange)``
-    (byte ranges; ``whole``: the buffer's whole view), locals ``(COPY, sb, s0, s1, db, d0,
-    d1, whole)`` in bytes, ``(RED, sb, s0, s1, db, d0, d1, one)`` and ``(red3, xb, x0, x1,
-    tb, t0, t1, db, d0, d1)`` in elements of ``ta`` (``one``: a single element)."""
+    (byte ranges; ``whole``: the buffer's whole view); locals ``(COPY, sb, s, db, d)``
+    (byte slices), ``(RED, sb, s, db, d, one)`` and ``(red3, xb, x, tb, t, db, d)`` (slices
+    of the typed views ``ta``), a slice None meaning the whole buffer; ``one``: the byte
+    slice of a single-element destination (it goes through the scratch element), or None."""
 
     __slots__ = ("rounds", "tmp", "unit", "sig", "npdt", "uf", "host", "free", "typed_s", "typed_r")
 
@@ -190,6 +199,10 @@ class _Plan:
             sizes[TMP + k] = units * unit
         typed = set()
         rounds = []
+
+        def part(b, lo, n):  # elements [lo, lo + n) of typed view b: None for all of it
+            return None if lo == 0 and n * per == sizes[b] // unit * per else slice(lo * per, (lo + n) * per)
+
         for rnd in (_elide_copy(list(sched.rounds), total // unit) if uf is not None and total else sched.rounds):
             sends, recvs, locs = [], [], []
             speers = {st[1] for st in rnd if st[0] is SEND} if len(rnd) > 1 else ()
@@ -213,29 +226,31 @@ class _Plan:
                     nxt = rnd[i + 1] if i + 1 < len(rnd) else None
                     if uf is not None and nxt is not None and nxt[0] is RED and _fusable(st, nxt):
                         _, tb, tlo, _, _, _, _ = nxt
-                        locs.append((_RED3, sb, slo, slo + n, tb, tlo, tlo + n, db, dlo, dlo + n))
+                        locs.append((_RED3, sb, part(sb, slo, n), tb, part(tb, tlo, n), db, part(db, dlo, n)))
                         typed.update((sb, tb, db))
                         skip = i + 1
                         continue
                     s0, d0, nb = slo * unit, dlo * unit, n * unit
-                    locs.append((COPY, sb, s0, s0 + nb, db, d0, d0 + nb,
-                                 s0 == 0 and d0 == 0 and nb == sizes[sb] == sizes[db]))
+                    whole = s0 == 0 and d0 == 0 and nb == sizes[sb] == sizes[db]
+                    locs.append((COPY, sb, None if whole else slice(s0, s0 + nb), db,
+                                 None if whole else slice(d0, d0 + nb)))
                 elif t is _XRED:
                     _, ab, alo, bb, blo, db, dlo, n = st
-                    locs.append((_RED3, ab, alo, alo + n, bb, blo, blo + n, db, dlo, dlo + n))
+                    locs.append((_RED3, ab, part(ab, alo, n), bb, part(bb, blo, n), db, part(db, dlo, n)))
                     typed.update((ab, bb, db))
                 elif t is RED:
                     _, sb, slo, db, dlo, n, _ = st
                     if not n:
                         continue
-                    locs.append((RED, sb, slo * per, (slo + n) * per, db, dlo * per, (dlo + n) * per,
-                                 uf is not None and n == 1))
+                    one = slice(dlo * unit, (dlo + 1) * unit) if uf is not None and n == 1 else None
+                    locs.append((RED, sb, part(sb, slo, n), db, part(db, dlo, n), one))
                     typed.update((sb, db))
             rounds.append((tuple(sends), tuple(recvs), tuple(locs)))
         self.rounds = tuple(rounds)
         self.typed_s, self.typed_r = SBUF in typed, RBUF in typed
 
     def take(self) -> _Set:
+        """A set of temporaries for one call (the caller puts it back on ``free``)."""
         try:
             return self.free.pop()
         except IndexError:
@@ -290,15 +305,18 @@ def _run(p: _Plan, comm, call: str, ws: _Set) -> None:
     w = comm._w
     rank = comm._rank
     ctx = comm._ctx + 1
-    mv, ta, ad = ws.mv, ws.ta, ws.ad
+    ad = ws.ad
     errs = fatal = fs = None
-    isend = eng.isend
+    send_fast, recv_fast = eng.send_fast, eng.recv_fast
     try:
         for sends, recvs, locs in p.rounds:
             late = None
             for peer, b, b0, b1, whole in sends:
-                x = isend([mv[b] if whole else mv[b][b0:b1]], b1 - b0, w[peer], rank, tag, ctx, 0, call,
-                          (ad[b] + b0,), sig if fs is None else fs.get(b, sig))
+                s = sig if fs is None else fs.get(b, sig)
+                if send_fast(w[peer], rank, ctx, tag, ad[b] + b0, b1 - b0, s):
+                    continue
+                x = eng.isend([_mv(ws, b) if whole else _mv(ws, b)[b0:b1]], b1 - b0, w[peer], rank, tag, ctx, 0,
+                              call, (ad[b] + b0,), s)
                 if x is not SENT:
                     if not x.done:
                         late = [x] if late is None else late + [x]
@@ -307,17 +325,28 @@ def _run(p: _Plan, comm, call: str, ws: _Set) -> None:
             if len(recvs) == 1:
                 peer, b, b0, b1, whole, _ = recvs[0]
                 n = b1 - b0
-                x = eng.recv(mv[b] if whole else mv[b][b0:b1], n, peer, w[peer], tag, ctx, call, ad[b] + b0, 0)
-                if x.err or x.st_nbytes != n or (x.msig and (x.msig != sig or fs is not None)):
-                    errs, fatal, fs = _check(x, b, n, peer, call, sig, errs, fatal, fs, eng)
+                o = recv_fast(peer, w[peer], tag, ctx, ad[b] + b0, n, 0)
+                if o is not None:  # an eager message of at most n bytes, written (source, tag, bytes, sig)
+                    _, _, got, msig = o.tolist()
+                    if got != n or (msig and (msig != sig or fs is not None)):
+                        errs, fatal, fs = _check(0, None, got, msig, b, n, peer, call, sig, errs, fatal, fs, eng)
+                else:
+                    x = eng.irecv(_mv(ws, b) if whole else _mv(ws, b)[b0:b1], n, peer, w[peer], tag, ctx, call,
+                                  ad[b] + b0, 0)
+                    if not x.done:
+                        eng.wait(x)
+                    if x.err or x.st_nbytes != n or (x.msig and (x.msig != sig or fs is not None)):
+                        errs, fatal, fs = _check(x.err, x.errmsg, x.st_nbytes, x.msig, b, n, peer, call, sig, errs,
+                                                 fatal, fs, eng)
             elif recvs:
-                xs = [eng.irecv(mv[b] if whole else mv[b][b0:b1], b1 - b0, peer, w[peer], tag, ctx, call,
+                xs = [eng.irecv(_mv(ws, b) if whole else _mv(ws, b)[b0:b1], b1 - b0, peer, w[peer], tag, ctx, call,
                                 ad[b] + b0, 0, None, None, exch)
                       for peer, b, b0, b1, whole, exch in recvs]
                 for x, (peer, b, b0, b1, _, _) in zip(xs, recvs):
                     if not x.done:
                         eng.wait(x)
-                    errs, fatal, fs = _check(x, b, b1 - b0, peer, call, sig, errs, fatal, fs, eng)
+                    errs, fatal, fs = _check(x.err, x.errmsg, x.st_nbytes, x.msig, b, b1 - b0, peer, call, sig, errs,
+                                             fatal, fs, eng)
             if late is not None:
                 for x in late:
                     if not x.done:
@@ -328,12 +357,19 @@ def _run(p: _Plan, comm, call: str, ws: _Set) -> None:
                 break
             for st in locs:
                 try:
-                    _local(p, st, mv, ta, ws)
+                    if st[0] is _RED3:  # d = x op t (the executor's reduce3), the recursive doubling step
+                        _, xb, xs, tb, ts, db, ds = st
+                        ta = ws.ta
+                        x, y, d = ta[xb], ta[tb], ta[db]
+                        p.uf(x if xs is None else x[xs], y if ts is None else y[ts], d if ds is None else d[ds])
+                    else:
+                        _local(p, st, ws)
                 except Exception as e:  # noqa: BLE001 - recorded as the executor records it
                     code = e.Get_error_class() if isinstance(e, MPIException) else ERR_OTHER
                     errs = (errs or []) + [(code, f"{call}: {type(e).__name__}: {e}")]
     finally:
-        mv[0] = mv[1] = ta[0] = ta[1] = None
+        arr, mv, ta = ws.arr, ws.mv, ws.ta
+        arr[0] = arr[1] = mv[0] = mv[1] = ta[0] = ta[1] = None
         p.free.append(ws)
     if fatal is not None:
         raise error(*fatal)
@@ -341,56 +377,57 @@ def _run(p: _Plan, comm, call: str, ws: _Set) -> None:
         raise error(*errs[0])
 
 
-def _local(p: _Plan, st, mv, ta, ws) -> None:
+def _mv(ws: _Set, b: int):
+    """Byte view of buffer ``b`` (made from the user's array on first use in a call)."""
+    m = ws.mv[b]
+    if m is None:
+        m = ws.mv[b] = memoryview(ws.arr[b]).cast("B")
+    return m
+
+
+def _local(p: _Plan, st, ws: _Set) -> None:
     """Run one compiled local step (``_Plan``) on the call's buffers."""
     t = st[0]
-    if t is COPY:
-        _, sb, s0, s1, db, d0, d1, whole = st
-        if whole:
-            mv[db][:] = mv[sb]
-        else:
-            mv[db][d0:d1] = mv[sb][s0:s1]
-        return
-    if t is RED:  # dst = src op dst, the executor's reduce_packed(op, dt, n, src, dst)
-        _, sb, s0, s1, db, d0, d1, one = st
-        s, d = ta[sb], ta[db]
-        if s0 or s1 != len(s):
-            s = s[s0:s1]
-        if d0 or d1 != len(d):
-            d = d[d0:d1]
+    ta = ws.ta
+    if t is _RED3:  # d = x op t (the executor's reduce3)
+        _, xb, xs, tb, ts, db, ds = st
+        x, y, d = ta[xb], ta[tb], ta[db]
+        p.uf(x if xs is None else x[xs], y if ts is None else y[ts], d if ds is None else d[ds])
+    elif t is RED:  # dst = src op dst, the executor's reduce_packed(op, dt, n, src, dst)
+        _, sb, ss, db, ds, one = st
+        x, d = ta[sb], ta[db]
+        if ss is not None:
+            x = x[ss]
+        if ds is not None:
+            d = d[ds]
         if p.uf is None:
-            p.host(s, d)
-        elif one:
-            p.uf(s, d, ws.sc)
-            u = p.unit
-            mv[db][d0 * u:d1 * u] = ws.scmv
+            p.host(x, d)
+        elif one is not None:
+            p.uf(x, d, ws.sc)
+            _mv(ws, db)[one] = ws.scmv
         else:
-            p.uf(s, d, d)
-        return
-    _, xb, x0, x1, tb, t0, t1, db, d0, d1 = st  # red3: d = x op t (the executor's reduce3)
-    x, t_, d = ta[xb], ta[tb], ta[db]
-    if x0 or x1 != len(x):
-        x = x[x0:x1]
-    if t0 or t1 != len(t_):
-        t_ = t_[t0:t1]
-    if d0 or d1 != len(d):
-        d = d[d0:d1]
-    p.uf(x, t_, d)
+            p.uf(x, d, d)
+    else:
+        _, sb, ss, db, ds = st
+        if ss is None:
+            _mv(ws, db)[:] = _mv(ws, sb)
+        else:
+            _mv(ws, db)[ds] = _mv(ws, sb)[ss]
 
 
-def _check(x, b: int, n: int, peer: int, call: str, sig: int, errs, fatal, fs, eng):
-    """The executor's ``Run._check`` of a completed receive: ``(errs, fatal, fs)`` updated."""
-    if x.err:
-        if x.err in _SOFT:
-            errs = (errs or []) + [(x.err, x.errmsg)]
+def _check(err: int, errmsg, got: int, msig: int, b: int, n: int, peer: int, call: str, sig: int, errs, fatal,
+           fs, eng):
+    """The executor's ``Run._check`` of a completed receive (its error, bytes and signature
+    code): ``(errs, fatal, fs)`` updated."""
+    if err:
+        if err in _SOFT:
+            errs = (errs or []) + [(err, errmsg)]
         elif fatal is None:
-            fatal = (x.err, x.errmsg or f"{call}: failed")
+            fatal = (err, errmsg or f"{call}: failed")
         return errs, fatal, fs
-    msig = x.msig
     if msig:
         fs = {} if fs is None else fs
         fs[b] = msig
-    got = x.st_nbytes
     if got != n:
         errs = (errs or []) + [(ERR_COUNT, f"{call}: rank {peer} sent {got} bytes, this rank expects {n}")]
     elif msig and sig and msig != sig and n and eng.typecheck:
@@ -410,7 +447,7 @@ def barrier(comm) -> bool:
     p = _PLANS.get(key)
     if p is None:
         p = _keep(key, _Plan(_calls._schedule("barrier", rank, size, unit=1, memory="host"), 1, 0, 0))
-    ws = p.take()
+    ws = p.free.pop() if p.free else p.take()
     ws.mv[RBUF] = _EMPTY
     _run(p, comm, "Barrier", ws)
     return True
@@ -434,8 +471,8 @@ def bcast(comm, buf, root) -> bool:
     if p is None:
         p = _keep(key, _Plan(_calls._schedule("bcast", rank, size, unit=1, memory="host", root=root, n=n), 1, n,
                              _sig(dt)))
-    ws = p.take()
-    ws.mv[RBUF] = memoryview(a).cast("B")
+    ws = p.free.pop() if p.free else p.take()
+    ws.arr[RBUF] = a
     ws.ad[RBUF] = addr
     _run(p, comm, "Bcast", ws)
     return True
@@ -468,14 +505,14 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
         except Exception:  # noqa: BLE001 - not defined for the type...: the executor raises it
             return False
     comm._check("Allreduce")
-    ws = p.take()
-    ws.mv[RBUF] = memoryview(ra).cast("B")
+    ws = p.free.pop() if p.free else p.take()
+    ws.arr[RBUF] = ra
     ws.ad[RBUF] = raddr
     npdt = p.npdt
     if p.typed_r:
         ws.ta[RBUF] = ra if ra.ndim == 1 and ra.dtype is npdt else _typed(ra, npdt)
     if not inplace:
-        ws.mv[SBUF] = memoryview(sa).cast("B")
+        ws.arr[SBUF] = sa
         ws.ad[SBUF] = saddr
         if p.typed_s:
             ws.ta[SBUF] = sa if sa.ndim == 1 and sa.dtype is npdt else _typed(sa, npdt)

@@ -76,7 +76,8 @@ def _calls(c, MPI, seed=0):
 
 
 def _record(lean: bool):
-    """The engine calls of ``_calls`` on this rank: (what, peer, tag, context, bytes, signature)."""
+    """The messages of ``_calls`` on this rank, as the engine is asked for them (the general
+    calls, and the compiled ones that served): (what, peer, tag, context, bytes, signature)."""
     from gpumpi import MPI
     from gpumpi import _runtime as rt
     from gpumpi.collectives import _lean
@@ -85,32 +86,51 @@ def _record(lean: bool):
     n = _counting()
     eng = rt.ENGINE
     log = []
-    isend, irecv = eng.isend, eng.irecv
+    fast = [0]
+    isend, irecv, send_fast, recv_fast = eng.isend, eng.irecv, eng.send_fast, eng.recv_fast
 
     def rec_isend(bufs, nbytes, wpeer, src, tag, ctx, mode, call, addrs=None, sig=0):
-        log.append(("send", call, wpeer, src, tag, ctx, nbytes, mode, sig))
+        assert mode == 0 and call in ("Barrier", "Bcast", "Allreduce"), (mode, call)
+        log.append(("send", wpeer, src, tag, ctx, nbytes, sig))
         return isend(bufs, nbytes, wpeer, src, tag, ctx, mode, call, addrs, sig)
 
+    def rec_send_fast(wpeer, src, ctx, tag, addr, nbytes, sig):
+        done = send_fast(wpeer, src, ctx, tag, addr, nbytes, sig)
+        if done:
+            log.append(("send", wpeer, src, tag, ctx, nbytes, sig))
+            fast[0] += 1
+        return done
+
     def rec_irecv(mem, cap, source, wpeer, tag, ctx, call, addr=None, sig=0, *rest):
-        log.append(("recv", call, source, wpeer, tag, ctx, cap, sig))
+        log.append(("recv", source, wpeer, tag, ctx, cap, sig))
         return irecv(mem, cap, source, wpeer, tag, ctx, call, addr, sig, *rest)
 
-    eng.isend, eng.irecv = rec_isend, rec_irecv
+    def rec_recv_fast(source, wpeer, tag, ctx, addr, cap, sig):
+        got = recv_fast(source, wpeer, tag, ctx, addr, cap, sig)
+        if got is not None:
+            log.append(("recv", source, wpeer, tag, ctx, cap, sig))
+            fast[0] += 1
+        return got
+
+    eng.isend, eng.irecv, eng.send_fast, eng.recv_fast = rec_isend, rec_irecv, rec_send_fast, rec_recv_fast
     c = MPI.COMM_WORLD
     out = _calls(c, MPI)
-    eng.isend, eng.irecv = isend, irecv
+    del eng.isend, eng.irecv, eng.send_fast, eng.recv_fast
     # a run on the executor uses the engine in no other way (the lean path, by its plans)
     assert (n["lean"] > 0) == lean and (n["exec"] > 0) != lean, n
-    return log, out
+    return log, out, fast[0]
 
 
+@pytest.mark.parametrize("fastpath", ["on", "off"])
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_same_messages_as_the_executor(n):
-    lean = run_ranks(_record, n, args=(True,))
-    general = run_ranks(_record, n, args=(False,))
+def test_same_messages_as_the_executor(n, fastpath):
+    env = {"GPUMPI_FASTPATH": fastpath}  # the lean path's sends and receives by the compiled calls, or not
+    lean = run_ranks(_record, n, args=(True,), env=env)
+    general = run_ranks(_record, n, args=(False,), env=env)
     for r in range(n):
         assert lean[r][1] == general[r][1]
         assert len(lean[r][0]) == len(general[r][0]) and lean[r][0] == general[r][0], r
+        assert general[r][2] == 0 and (lean[r][2] > 0) == (n > 1 and fastpath == "on"), (lean[r][2], general[r][2])
 
 
 def _mixed(general_ranks):
@@ -151,7 +171,7 @@ def _mixed(general_ranks):
 @pytest.mark.parametrize("who", ["rank0_general", "rank0_lean"])
 def test_lean_and_executor_ranks_meet_in_one_call(n, who):
     general = {0} if who == "rank0_general" else set(range(1, n))
-    for used, lean in run_ranks(_mixed, n, args=(general,)):
+    for used, lean in run_ranks(_mixed, n, args=(general,), env={"GPUMPI_FASTPATH": "on"}):
         assert used == (lean, not lean)
 
 
@@ -181,13 +201,14 @@ def _receive_errors(lean0):
     return got
 
 
+@pytest.mark.parametrize("fastpath", ["on", "off"])
 @pytest.mark.parametrize("n", [2, 3])
-def test_receive_errors_are_the_executors(n):
+def test_receive_errors_are_the_executors(n, fastpath):
     from gpumpi import MPI
 
     per_mode = []
     for lean in (True, False):
-        res = run_ranks(_receive_errors, n, args=(lean,))
+        res = run_ranks(_receive_errors, n, args=(lean,), env={"GPUMPI_FASTPATH": fastpath})
         per_mode.append(res)
     for r in range(n):
         assert per_mode[0][r] == per_mode[1][r]
@@ -217,12 +238,13 @@ def _peer_dies(path):
         fh.write(" ".join(res))
 
 
-def test_dead_peer_fails_the_call(tmp_path):
+@pytest.mark.parametrize("fastpath", ["on", "off"])
+def test_dead_peer_fails_the_call(tmp_path, fastpath):
     from gpumpi import MPI
 
     path = tmp_path / "rank0"
     with pytest.raises(RanksFailed):
-        run_ranks(_peer_dies, 2, timeout=30, args=(str(path),))
+        run_ranks(_peer_dies, 2, timeout=30, args=(str(path),), env={"GPUMPI_FASTPATH": fastpath})
     assert path.read_text().split() == [str(MPI.ERR_PROC_FAILED)] * 3
 
 
