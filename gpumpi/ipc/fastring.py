@@ -21,6 +21,8 @@ are read there and the other way round:
   another kind, from another peer, for another receive, a truncation, a type mismatch --
   is left in place and reported as ``OTHER``: the engine's general path then handles it
   (the caller has consumed nothing, so the general path sees every frame in order).  A
+  receive from one peer steps over other peers' plain eager frames (they ask nothing of
+  this rank) but not past its budget: then it reports ``OTHER`` so they are handled.  A
   change of the job's failure epoch is reported as ``EPOCH``; a spin that found nothing
   for ``budget`` rounds returns ``EMPTY`` so the caller can back off (eight ranks on two
   cores) and keep its other duties.
@@ -251,6 +253,7 @@ def _j_recv(tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
     size = tab[0]
     eaddr = tab[1]
     nring = tab[2]
+    skipped = False
     while True:
         for i in range(nring):
             ctl = tab[3 + 2 * i]
@@ -258,7 +261,14 @@ def _j_recv(tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
             if off < 0:
                 continue
             if want != _ANY_SOURCE and tab[4 + 2 * i] != want:
-                return OTHER
+                # another peer's frame: a plain eager message asks nothing of us (its send is
+                # complete) and may wait its turn; anything else (a rendezvous, an ack, a
+                # synchronous send) wants an answer now
+                q = ctl + CTRL + off
+                if _ld8(q + 4) != _EAGER or _ld8(q + 5) != 0:
+                    return OTHER
+                skipped = True
+                continue
             p = ctl + CTRL + off
             n = _ld32(p)
             if _ld8(p + 4) != _EAGER or _ld8(p + 5) != 0 or _ldi32(p + 8) != ctx:
@@ -286,7 +296,7 @@ def _j_recv(tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
             return EPOCH
         budget -= 1
         if budget <= 0:
-            return EMPTY
+            return OTHER if skipped else EMPTY  # skipped frames are not left waiting longer
         _pause()
 
 

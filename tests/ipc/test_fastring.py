@@ -140,3 +140,26 @@ def test_empty_and_epoch(k):
     ring.py_send(P.EAGER, 0, 4, 11, 5, b"z")
     assert wait(ring.tab, 50, 1) == F.GOT
     assert ring.py_recv()[1] == b"z"  # wait only looked
+
+
+@pytest.mark.parametrize("other_kind", [P.EAGER, P.RTS])
+def test_specific_receive_steps_over_other_peers_plain_eager_frames(k, other_kind):
+    recv = k[1]
+    a, b = Ring(peer=3), Ring(peer=2)
+    tab = np.array([SIZE, 0, 2, a.base, 3, b.base, 2], np.int64)  # peer 3's ring is polled first
+    a.py_send(other_kind, 0, 3, 11, 5, b"from three")
+    b.py_send(P.EAGER, 0, 2, 11, 5, b"from two")
+    dst = np.zeros(16, np.uint8)
+    out = np.zeros(4, np.int64)
+    rc = recv(tab, 2, 11, 2, 5, 0, dst.ctypes.data, 16, 10, 0, out)
+    if other_kind == P.EAGER:  # asks nothing of us: the wanted frame is taken past it
+        assert rc == F.GOT and dst[:8].tobytes() == b"from two" and out.tolist() == [2, 5, 8, 0]
+        assert b.py_recv() is None
+    else:  # a rendezvous wants an answer now: the general path takes over
+        assert rc == F.OTHER and not dst.any()
+        assert b.py_recv()[1] == b"from two"
+    assert a.py_recv()[1] == b"from three"  # never touched
+    # only skipped frames left and the budget spent: OTHER, so the engine handles them
+    a.py_send(P.EAGER, 0, 3, 11, 5, b"again")
+    assert recv(tab, 2, 11, 2, 5, 0, dst.ctypes.data, 16, 10, 0, out) == F.OTHER
+    assert a.py_recv()[1] == b"again"
