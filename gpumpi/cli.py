@@ -384,10 +384,17 @@ def _import_mpi(impl: str, args=None):
     wanted = rank_env(args, impl) if args is not None else {}
     if wanted and "gpumpi.MPI" not in sys.modules:
         os.environ.update(wanted)  # read once, when gpumpi.MPI initialises below
-    if "gpumpi.MPI" not in sys.modules:  # measure the steady state: the compiled small-message
-        os.environ.setdefault("GPUMPI_FASTPATH", "on")  # path loaded at start, not in a timed loop
-    import gpumpi
-    from gpumpi import MPI, _config
+    # measure the steady state: the compiled small-message path loaded at start, not in a timed
+    # loop (set only while gpumpi.MPI reads its configuration: the caller's environment is left as it was)
+    fast = "gpumpi.MPI" not in sys.modules and "GPUMPI_FASTPATH" not in os.environ
+    if fast:
+        os.environ["GPUMPI_FASTPATH"] = "on"
+    try:
+        import gpumpi
+        from gpumpi import MPI, _config
+    finally:
+        if fast:
+            os.environ.pop("GPUMPI_FASTPATH", None)
 
     if impl == "nccl":
         gpumpi.init(device="auto")  # NCCL's GPU: local_rank % ngpus, one per rank

@@ -178,6 +178,12 @@ def _jit(pyfunc, sig):
 
 def _build():
     global _peek
+    # numba's first compilation loads its extensions, numba-cuda among them, which fixes
+    # numba.cuda's mode for the process: let it be the simulator where it could only be that
+    # (what gpumpi's device kernels would ask first), so sim device memory keeps its kernels
+    from .._device import use_simulator
+
+    use_simulator()
     _intrinsics()
     _peek = _jit(_j_peek, "int64(int64, int64)")
     send = _jit(_j_send, "int64(int64, int64, int64, int64, int64, int64, int64, int64)")

@@ -170,6 +170,9 @@ def _build():
     global _update, _cas, _load, _store, _rmw_add, _fence, _move, _BUILT
     if _BUILT is not None:
         return _BUILT
+    from .._device import use_simulator
+
+    use_simulator()  # numba's first compilation fixes numba.cuda's mode: the simulator where it can only be that
     import numba
     from llvmlite import ir
     from numba import types
