@@ -232,6 +232,15 @@ def use_simulator() -> None:
     """Switch numba-cuda's simulator on (``NUMBA_ENABLE_CUDASIM=1``) if ``numba.cuda`` is not
     imported yet and can only be the simulator here (no usable CUDA driver); a value the
     user set is kept.  Called before the device kernels are first wanted for simulated
-    device memory; the kernels then ask ``numba.cuda`` itself whether it is the simulator."""
+    device memory; the kernels then ask ``numba.cuda`` itself whether it is the simulator.
+
+    Numba reads its environment when ``numba`` is imported and again before each compilation
+    (``numba.core.config.reload_config``); ``numba.cuda`` takes its mode from that
+    configuration.  A process that imported ``numba`` earlier (and whose kernels came from
+    the disk cache, so nothing compiled since) would keep the old value: the configuration
+    is read again here."""
     if "numba.cuda" not in sys.modules and cuda_driver() is None:
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+        cfg = sys.modules.get("numba.core.config")
+        if cfg is not None:
+            cfg.reload_config()

@@ -96,6 +96,22 @@ def test_use_simulator_sets_the_switch_before_numba_cuda_only():
     assert _fresh(late) == "None"
 
 
+@no_driver
+def test_use_simulator_applies_after_numba_itself_was_imported():
+    # numba reads NUMBA_ENABLE_CUDASIM when it is imported (a collected test module importing
+    # numba did that in CI): numba.cuda imported later must still come up as the simulator
+    pytest.importorskip("numba.cuda")
+    code = """
+        import numba
+        from gpumpi import _device
+        _device.use_simulator()
+        from numba.cuda.core import config
+        from gpumpi.kernels import pack
+        print(config.ENABLE_CUDASIM, pack._is_sim())
+    """
+    assert _fresh(code) == "1 True"
+
+
 def test_importing_the_device_package_stays_light():
     out = _fresh("""
         import sys
