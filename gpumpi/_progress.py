@@ -188,7 +188,7 @@ class Engine:
         # the compiled small-message path (send_fast, recv_fast): compiled after ``fast_after``
         # more eligible calls (-1: never)
         self.fast_after = cfg.fastpath
-        self.fsend = self.frecv = self.fwait = None
+        self.fsend = self.frecv = self.fwait = self.frounds = None
         self.ftab = self.fout = self.fring = None
         self.fsize = 0
         self._tls = threading.local()  # recv_fast's result array of each thread but the only one
@@ -405,7 +405,7 @@ class Engine:
         try:
             from .ipc import fastring
 
-            send, recv, wait = fastring.kernels()
+            send, recv, wait, rounds = fastring.kernels()
         except Exception:  # noqa: BLE001 -- numba missing or unable to compile here: the general path serves
             return
         import numpy as np
@@ -419,7 +419,8 @@ class Engine:
         self.fout = np.zeros(4, dtype=np.int64)
         self.fring = out
         self.fsize = tr.out[0].size
-        self.fsend, self.fwait, self.frecv = send, wait, recv
+        self.ftab_a, self.fout_a = self.ftab.ctypes.data, self.fout.ctypes.data  # for rounds (addresses)
+        self.fsend, self.fwait, self.frecv, self.frounds = send, wait, recv, rounds
 
     def send_fast(self, wpeer: int, src: int, ctx: int, tag: int, addr: int, nbytes: int, sig: int) -> bool:
         """A standard send of ``nbytes`` contiguous host bytes at ``addr``, written into the ring to

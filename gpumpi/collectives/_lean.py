@@ -43,6 +43,17 @@ sends first does not change what matches what: messages of a pair match in posti
 order, and the order of a rank's sends to one peer, and of its receives from one peer,
 is the schedule's.
 
+Where nothing else is pending on the engine (no receive posted or message waiting on the
+collective context, no queued frames or other duties) and no other Python thread runs, a
+plan whose rounds have at most one receive each runs as one compiled call
+(:func:`gpumpi.ipc.fastring.rounds`, its program built with the plan): the same sends,
+receives and local steps in the same order, the reductions by the compiled loops for
+native ``float64``/``float32``/``(u)int64``/``(u)int32`` and SUM, PROD, MAX, MIN and the
+bitwise operations (other types and operations keep the ufunc path).  It stops before the
+first send with no room or receive whose frame is not exactly the expected message (a
+size or signature to check, another kind of frame, nothing within the spin budget, a
+failure), and :func:`_run` carries on from that round with the tag already taken.
+
 Receives are posted with the exact byte count and no signature filter and checked as the
 executor checks them: a longer message is ``ERR_TRUNCATE``, a shorter one ``ERR_COUNT``,
 another basic type ``ERR_TYPE`` -- recorded, the schedule goes on, the first is raised at
@@ -74,12 +85,13 @@ import numpy as np
 from .. import _runtime as _rt
 from .._arrays import _C_CONTIG, _DATA, _DT_BY_ID, _FLAGS, _PEEK, _WRITEABLE, _nd_addr_flags, lookup_dtype
 from .._p2p import _sig
-from .._progress import SENT
+from .._progress import SENT, _threads
 from ..constants import COMBINER_NAMED, IN_PLACE
 from ..datatypes._core import Datatype
 from ..datatypes.flatten import sig_name
 from ..errors import ERR_COUNT, ERR_OTHER, ERR_TRUNCATE, ERR_TYPE, error
 from ..errors import Exception as MPIException
+from ..ipc import fastring as _F
 from ..op import _NULL_H, Op
 from . import _calls
 from .schedule import COPY, RBUF, RECV, RED, SBUF, SEND, TMP
@@ -158,7 +170,7 @@ class _Set:
     one: ``_mv``; the compiled engine calls take addresses); ids from ``TMP`` on are the
     plan's temporaries."""
 
-    __slots__ = ("arr", "mv", "ta", "ad", "sc", "scmv")
+    __slots__ = ("arr", "mv", "ta", "ad", "sc", "scmv", "cb", "cba")
 
     def __init__(self, tmp_units, unit: int, npdt) -> None:
         self.arr, self.mv, self.ta, self.ad = [None, None], [None, None], [None, None], [0, 0]
@@ -167,6 +179,8 @@ class _Set:
             self.ta.append(t)
             self.mv.append(memoryview(t).cast("B"))
             self.ad.append(_nd_addr_flags(t)[0])
+        self.cb = np.array(self.ad, dtype=np.int64)  # the addresses again, for a compiled program
+        self.cba = self.cb.ctypes.data
         self.sc = np.empty(1, npdt) if npdt is not None else None  # the one-element scratch
         self.scmv = memoryview(self.sc).cast("B") if npdt is not None else None
 
@@ -180,10 +194,13 @@ class _Plan:
     of the typed views ``ta``), a slice None meaning the whole buffer; ``one``: the byte
     slice of a single-element destination (it goes through the scratch element), or None."""
 
-    __slots__ = ("rounds", "tmp", "unit", "sig", "npdt", "uf", "host", "free", "typed_s", "typed_r")
+    __slots__ = ("rounds", "tmp", "unit", "sig", "npdt", "uf", "host", "free", "typed_s", "typed_r", "prog",
+                 "proga", "nsteps", "resume", "rtype", "rop", "cw", "cring", "cma")
 
     def __init__(self, sched, unit: int, total: int, sig: int, red=None) -> None:
         self.tmp, self.unit, self.sig, self.free = sched.tmp, unit, sig, []
+        self.prog = self.resume = self.cw = self.cring = None
+        self.rtype = self.rop = self.proga = self.nsteps = self.cma = -1
         uf = None
         if red is not None and red.dtype is not None and red.host3 is not None:
             from ..kernels.reduce import _UFUNCS
@@ -248,6 +265,49 @@ class _Plan:
             rounds.append((tuple(sends), tuple(recvs), tuple(locs)))
         self.rounds = tuple(rounds)
         self.typed_s, self.typed_r = SBUF in typed, RBUF in typed
+        if red is None or uf is not None:
+            self._program(sizes, red)
+
+    def _program(self, sizes: dict, red) -> None:
+        """The rounds as a program of :func:`gpumpi.ipc.fastring.rounds` (``prog``; ``resume[i]``:
+        the round and the number of its sends done when step ``i`` is the first not done), where
+        every round has at most one receive and the reduction, if any, is one it runs."""
+        if red is not None:
+            npdt = self.npdt
+            if not npdt.isnative or npdt.str[1:] not in _F.RTYPES or red.name not in _F.ROPS:
+                return
+            self.rtype, self.rop = _F.RTYPES.index(npdt.str[1:]), _F.ROPS.index(red.name)
+            isz = npdt.itemsize
+        steps, resume = [], []
+        for k, (sends, recvs, locs) in enumerate(self.rounds):
+            if len(recvs) > 1:
+                return
+            for j, (peer, b, b0, b1, _) in enumerate(sends):
+                steps.append((_F.SEND, peer, b, b0, b1 - b0, 0, 0, 0))
+                resume.append((k, j))
+            for peer, b, b0, b1, _, _ in recvs:
+                steps.append((_F.RECV, peer, b, b0, b1 - b0, 0, 0, 0))
+                resume.append((k, len(sends)))
+            for st in locs:
+                t = st[0]
+                if t is COPY:
+                    _, sb, ss, db, ds = st
+                    n = sizes[sb] if ss is None else ss.stop - ss.start
+                    steps.append((_F.COPY, sb, 0 if ss is None else ss.start, db, 0 if ds is None else ds.start, n, 0,
+                                  0))
+                else:  # element slices of the typed views: d = x op y
+                    if t is _RED3:
+                        _, xb, xs, yb, ys, db, ds = st
+                    else:
+                        _, xb, xs, db, ds, _ = st
+                        yb, ys = db, ds
+                    n = sizes[db] // isz if ds is None else ds.stop - ds.start
+                    steps.append((_F.RED, xb, 0 if xs is None else xs.start * isz, yb, 0 if ys is None else ys.start * isz,
+                                  db, 0 if ds is None else ds.start * isz, n))
+                resume.append(None)  # a local step is never left undone
+        self.prog = np.array(steps, dtype=np.int64).reshape(len(steps), _F.STEP)
+        self.proga, self.nsteps = self.prog.ctypes.data, len(steps)
+        self.resume = resume
 
     def take(self) -> _Set:
         """A set of temporaries for one call (the caller puts it back on ``free``)."""
@@ -297,11 +357,61 @@ def _typed(a, npdt):
 # --- the run -------------------------------------------------------------------------------------
 
 
-def _run(p: _Plan, comm, call: str, ws: _Set) -> None:
-    """Carry out plan ``p`` on buffers ``ws`` (the module docstring); raises the run's error."""
+def _go(p: _Plan, comm, call: str, ws: _Set, ra=None, sa=None) -> None:
+    """Carry out plan ``p`` on the user's arrays ``ra`` (receive) and ``sa`` (send), whose
+    addresses are in ``ws.cb``: the compiled program as far as it goes, where nothing else is
+    pending on the engine and no other thread runs, and :func:`_run` the rest."""
+    eng = _rt.ENGINE
+    fr = eng.frounds
+    tag = None
+    k = s0 = 0
+    if fr is not None and p.prog is not None and not _threads() and eng._fast_clear(comm._ctx + 1):
+        w = comm._w
+        if p.cw is not w or p.cring is not eng.fring:
+            _cmap(p, w, eng)
+        tag = comm._ctag()
+        i = fr(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, comm._rank, comm._ctx + 1, tag, p.sig,
+               p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
+        if i < 0:
+            p.free.append(ws)
+            return
+        k, s0 = p.resume[i]
+    ad = ws.ad
+    ad[RBUF], ad[SBUF] = int(ws.cb[RBUF]), int(ws.cb[SBUF])
+    if ra is not None:
+        ws.arr[RBUF] = ra
+        if p.typed_r:
+            ws.ta[RBUF] = _typed(ra, p.npdt)
+    if sa is not None:
+        ws.arr[SBUF] = sa
+        if p.typed_s:
+            ws.ta[SBUF] = _typed(sa, p.npdt)
+    _run(p, comm, call, ws, tag, k, s0)
+
+
+_CMAPS: dict = {}
+
+
+def _cmap(p: _Plan, w: tuple, eng) -> None:
+    """Give plan ``p`` the compiled program's view of a communicator of world ranks ``w``
+    (``cma``: the address of an int64 array of out-ring addresses, row 0, and world ranks,
+    row 1, by communicator rank), kept per ``w`` in ``_CMAPS`` and as the plan's last."""
+    e = _CMAPS.get(id(w))
+    if e is None or e[0] is not w or e[1] is not eng.fring:
+        m = np.array([[eng.fring[r] for r in w], list(w)], dtype=np.int64)
+        if len(_CMAPS) >= _PLANS_MAX:
+            _CMAPS.clear()
+        e = _CMAPS[id(w)] = (w, eng.fring, m)
+    p.cw, p.cring, p.cma = w, eng.fring, e[2].ctypes.data
+
+
+def _run(p: _Plan, comm, call: str, ws: _Set, tag=None, k0: int = 0, s0: int = 0) -> None:
+    """Carry out plan ``p`` on buffers ``ws`` (the module docstring) from round ``k0``, whose
+    first ``s0`` sends are done (and ``tag`` taken); raises the run's error."""
     eng = _rt.ENGINE
     sig = p.sig
-    tag = comm._ctag()
+    if tag is None:
+        tag = comm._ctag()
     w = comm._w
     rank = comm._rank
     ctx = comm._ctx + 1
@@ -309,7 +419,9 @@ def _run(p: _Plan, comm, call: str, ws: _Set) -> None:
     errs = fatal = fs = None
     send_fast, recv_fast = eng.send_fast, eng.recv_fast
     try:
-        for sends, recvs, locs in p.rounds:
+        for sends, recvs, locs in (p.rounds[k0:] if k0 else p.rounds):
+            if s0:
+                sends, s0 = sends[s0:], 0
             late = None
             for peer, b, b0, b1, whole in sends:
                 s = sig if fs is None else fs.get(b, sig)
@@ -449,7 +561,7 @@ def barrier(comm) -> bool:
         p = _keep(key, _Plan(_calls._schedule("barrier", rank, size, unit=1, memory="host"), 1, 0, 0))
     ws = p.free.pop() if p.free else p.take()
     ws.mv[RBUF] = _EMPTY
-    _run(p, comm, "Barrier", ws)
+    _go(p, comm, "Barrier", ws)
     return True
 
 
@@ -472,9 +584,8 @@ def bcast(comm, buf, root) -> bool:
         p = _keep(key, _Plan(_calls._schedule("bcast", rank, size, unit=1, memory="host", root=root, n=n), 1, n,
                              _sig(dt)))
     ws = p.free.pop() if p.free else p.take()
-    ws.arr[RBUF] = a
-    ws.ad[RBUF] = addr
-    _run(p, comm, "Bcast", ws)
+    ws.cb[RBUF] = addr
+    _go(p, comm, "Bcast", ws, a)
     return True
 
 
@@ -506,17 +617,13 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
             return False
     comm._check("Allreduce")
     ws = p.free.pop() if p.free else p.take()
-    ws.arr[RBUF] = ra
-    ws.ad[RBUF] = raddr
-    npdt = p.npdt
-    if p.typed_r:
-        ws.ta[RBUF] = ra if ra.ndim == 1 and ra.dtype is npdt else _typed(ra, npdt)
-    if not inplace:
-        ws.arr[SBUF] = sa
-        ws.ad[SBUF] = saddr
-        if p.typed_s:
-            ws.ta[SBUF] = sa if sa.ndim == 1 and sa.dtype is npdt else _typed(sa, npdt)
-    _run(p, comm, "Allreduce", ws)
+    cb = ws.cb
+    cb[RBUF] = raddr
+    if inplace:
+        sa = None
+    else:
+        cb[SBUF] = saddr
+    _go(p, comm, "Allreduce", ws, ra, sa)
     return True
 
 

@@ -29,6 +29,13 @@ are read there and the other way round:
 * :func:`wait` spins until any ring holds a frame (or the epoch changes, or the budget
   ends) without touching anything: a thread waits there with the GIL released, outside
   the engine lock, and then takes the lock to handle what came.
+* :func:`rounds` runs a small collective's whole schedule as one call: a program of
+  steps (send, receive of exactly the expected message, copy, reduction ``d = x op y``
+  on one of :data:`RTYPES` with one of :data:`ROPS`, computed as NumPy's ufuncs compute
+  it) that stops at the first send or receive it cannot do as such and says which, so
+  the caller carries on from there on the general path.  Its sends and receives are
+  :func:`send`'s and :func:`recv`'s (a receive here takes only a message of exactly the
+  expected size and signature: anything else is the general path's to check and report).
 
 The ring table ``tab`` (int64) describes this rank's incoming rings: ``tab[0]`` the ring
 size, ``tab[1]`` the address of the job's failure epoch word (0: none), ``tab[2]`` the
@@ -68,11 +75,21 @@ _K = None
 # the intrinsics and the compiled peek, once _build() ran: the functions below name them as
 # globals, which numba resolves when it compiles them (so the disk cache can serve them)
 _ld64a = _ld64 = _ld32 = _ld16 = _ld8 = _ldi32 = _st64r = _st64 = _st32 = _st16 = _st8 = None
-_memcpy = _pause = _peek = None
+_memcpy = _pause = _peek = _send1 = _recv1 = _reduce = _carray = None
+_pf8 = _pf4 = _pi8 = _pi4 = _pu8 = _pu4 = None
+_red = _redb = None
+
+#: step kinds of :func:`rounds` programs (rows of ``STEP`` int64: the kind, then its operands)
+SEND, RECV, COPY, RED = 0, 1, 2, 3
+STEP = 8
+#: the element types (NumPy ``dtype.str[1:]``, native byte order) and predefined operations
+#: the compiled reductions run, by code
+RTYPES = ("f8", "f4", "i8", "i4", "u8", "u4")
+ROPS = ("SUM", "PROD", "MAX", "MIN", "BAND", "BOR", "BXOR")
 
 
 def kernels():
-    """``(send, recv, wait)``: the compiled functions (imports numba; compiles them, or loads
+    """``(send, recv, wait, rounds)``: the compiled functions (imports numba; compiles them, or loads
     them from the disk cache, on first use).  They are the machine code's entry points, without
     Numba's dispatcher: every argument must be a Python ``int`` except ``tab`` and ``out``,
     C-contiguous ``int64`` arrays."""
@@ -158,6 +175,26 @@ def _intrinsics():
 
         return types.none(), codegen
 
+    def pointer(ty):
+        @intrinsic
+        def ptr(typingctx, addr):
+            if not isinstance(addr, types.Integer):
+                return None
+            rt = types.CPointer(ty)
+
+            def codegen(context, builder, sig, args):
+                return builder.inttoptr(args[0], context.get_value_type(rt))
+
+            return rt(types.intp), codegen
+
+        return ptr
+
+    global _pf8, _pf4, _pi8, _pi4, _pu8, _pu4, _carray
+    import numba
+
+    _pf8, _pf4, _pi8, _pi4, _pu8, _pu4 = (pointer(t) for t in (types.float64, types.float32, types.int64,
+                                                                types.int32, types.uint64, types.uint32))
+    _carray = numba.carray
     _ld64a, _ld64 = loader(types.int64, "acquire"), loader(types.int64, None)
     _ld32, _ld16, _ld8, _ldi32 = (loader(types.uint32, None), loader(types.uint16, None), loader(types.uint8, None),
                                   loader(types.int32, None))
@@ -177,7 +214,7 @@ def _jit(pyfunc, sig):
 
 
 def _build():
-    global _peek
+    global _peek, _send1, _recv1, _red, _redb, _reduce
     # numba's first compilation loads its extensions, numba-cuda among them, which fixes
     # numba.cuda's mode for the process: let it be the simulator where it could only be that
     # (what gpumpi's device kernels would ask first), so sim device memory keeps its kernels
@@ -186,12 +223,24 @@ def _build():
     use_simulator()
     _intrinsics()
     _peek = _jit(_j_peek, "int64(int64, int64)")
-    send = _jit(_j_send, "int64(int64, int64, int64, int64, int64, int64, int64, int64)")
+    send = _send1 = _jit(_j_send, "int64(int64, int64, int64, int64, int64, int64, int64, int64)")
+    _recv1 = _jit(_j_recv1, "int64(int64[::1], int64, int64, int64, int64, int64, int64, int64, int64, int64, int64, "
+                            "int64[::1])")
     recv = _jit(_j_recv, "int64(int64[::1], int64, int64, int64, int64, int64, int64, int64, int64, int64, int64[::1])")
     wait = _jit(_j_wait, "int64(int64[::1], int64, int64)")
+    _red, _redb = _jit_lazy(_j_red), _jit_lazy(_j_redb)
+    _reduce = _jit(_j_reduce, "none(int64, int64, int64, int64, int64, int64)")
+    rounds = _jit(_j_rounds, "int64(" + ", ".join(["int64"] * 16) + ")")
     # the machine code's own entry points: no dispatcher (no typing of the arguments on each
     # call, about half the cost of a call); callers pass exactly these types
-    return tuple(f.get_overload(f.signatures[0]) for f in (send, recv, wait))
+    return tuple(f.get_overload(f.signatures[0]) for f in (send, recv, wait, rounds))
+
+
+def _jit_lazy(pyfunc):
+    """``numba.njit(nogil=True, cache=True)(pyfunc)``, compiled for the types it is called with."""
+    import numba
+
+    return numba.njit(nogil=True, cache=True)(pyfunc)
 
 
 # -- the compiled functions (plain Python here; compiled by _build) ---------------------------------
@@ -256,6 +305,12 @@ def _j_peek(ctl, size):
 def _j_recv(tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
     """Consume the next frame if it is the eager message this receive matches (see the module
     docstring); GOT (``out`` = source, tag, bytes, signature), OTHER, EPOCH or EMPTY."""
+    return _recv1(tab, want, ctx, src, tag, sig, dst, cap, 0, budget, epoch, out)
+
+
+def _j_recv1(tab, want, ctx, src, tag, sig, dst, cap, strict, budget, epoch, out):
+    """:func:`_j_recv`; ``strict``: only a message of exactly ``cap`` bytes whose signature is
+    none or ``sig`` itself is consumed (what a collective round accepts without a check)."""
     size = tab[0]
     eaddr = tab[1]
     nring = tab[2]
@@ -290,6 +345,8 @@ def _j_recv(tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
                 return OTHER  # truncation: the general path reports it
             if sig and msig and sig != msig and nb:
                 return OTHER  # a type mismatch: likewise
+            if strict and (nb != cap or (msig and msig != sig)):
+                return OTHER
             if nb:
                 _memcpy(dst, p + _HLEN, nb)
             _st64r(ctl, _ld64(ctl) + ((n + 7) & ~7))
@@ -322,3 +379,102 @@ def _j_wait(tab, budget, epoch):
         if budget <= 0:
             return EMPTY
         _pause()
+
+
+# -- compiled collective rounds ----------------------------------------------------------------
+
+
+def _j_rounds(taba, cmapa, csize, proga, nsteps, i0, bufsa, src, ctx, tag, sig, rtype, rop, budget, epoch, outa):
+    """Run steps ``i0``.. of the collective program at ``proga`` (``nsteps`` rows of
+    :data:`STEP` int64): -1 when all are done, else the index of the first step not done
+    (nothing of it done: a send with no room, a receive whose frame is not the exact message
+    this step expects, or none yet).
+
+    Rows: ``SEND peer buf off n``, ``RECV peer buf off n`` (exactly ``n`` bytes, of signature
+    ``sig`` or none), ``COPY sbuf soff dbuf doff n`` and ``RED xbuf xoff ybuf yoff dbuf doff
+    count`` (``d = x op y`` elementwise, :func:`_j_reduce`); ``buf`` indexes the int64
+    addresses at ``bufsa``, offsets are bytes, peers are ranks of the communicator of
+    ``csize`` ranks whose out-ring addresses and world ranks are the rows of the 2 x
+    ``csize`` int64 array at ``cmapa``; every message is ``src``'s on ``ctx`` with ``tag``;
+    the int64[4] at ``outa`` gets the last receive's source, tag, bytes and signature; the
+    ring table (:func:`recv`'s ``tab``) is at ``taba``.  Arrays come as addresses: each
+    array argument would cost the call about 60 ns to unpack."""
+    tab = _carray(_pi8(taba), 3 + 2 * _ld64(taba + 16))
+    out = _carray(_pi8(outa), 4)
+    prog = _carray(_pi8(proga), (nsteps, STEP))
+    cmap = _carray(_pi8(cmapa), (2, csize))
+    size = tab[0]
+    for i in range(i0, nsteps):
+        k = prog[i, 0]
+        a1 = prog[i, 1]
+        a2 = prog[i, 2]
+        a3 = prog[i, 3]
+        a4 = prog[i, 4]
+        if k == SEND:  # SEND peer buf off n
+            if _send1(cmap[0, a1], size, src, ctx, tag, sig, _ld64(bufsa + 8 * a2) + a3, a4) == 0:
+                return i
+        elif k == RECV:  # RECV peer buf off n
+            if _recv1(tab, cmap[1, a1], ctx, a1, tag, sig, _ld64(bufsa + 8 * a2) + a3, a4, 1, budget, epoch,
+                      out) != GOT:
+                return i
+        elif k == COPY:  # COPY sbuf soff dbuf doff n
+            if prog[i, 5]:
+                _memcpy(_ld64(bufsa + 8 * a3) + a4, _ld64(bufsa + 8 * a1) + a2, prog[i, 5])
+        else:  # RED xbuf xoff ybuf yoff dbuf doff count
+            _reduce(rtype, rop, _ld64(bufsa + 8 * a1) + a2, _ld64(bufsa + 8 * a3) + a4,
+                    _ld64(bufsa + 8 * prog[i, 5]) + prog[i, 6], prog[i, 7])
+    return -1
+
+def _j_reduce(rtype, rop, xa, ya, da, n):
+    """``d = x op y`` on ``n`` elements of type ``RTYPES[rtype]`` at addresses ``xa``, ``ya``,
+    ``da`` (``d`` may be ``x`` or ``y``), operation ``ROPS[rop]`` (bitwise ones: integer types)."""
+    if rtype == 0:
+        _red(_carray(_pf8(xa), n), _carray(_pf8(ya), n), _carray(_pf8(da), n), rop)
+    elif rtype == 1:
+        _red(_carray(_pf4(xa), n), _carray(_pf4(ya), n), _carray(_pf4(da), n), rop)
+    elif rtype == 2:
+        _redb(_carray(_pi8(xa), n), _carray(_pi8(ya), n), _carray(_pi8(da), n), rop)
+    elif rtype == 3:
+        _redb(_carray(_pi4(xa), n), _carray(_pi4(ya), n), _carray(_pi4(da), n), rop)
+    elif rtype == 4:
+        _redb(_carray(_pu8(xa), n), _carray(_pu8(ya), n), _carray(_pu8(da), n), rop)
+    else:
+        _redb(_carray(_pu4(xa), n), _carray(_pu4(ya), n), _carray(_pu4(da), n), rop)
+
+
+def _j_red(x, y, d, rop):
+    """SUM, PROD, MAX, MIN as NumPy's ufuncs compute them (wrapping integers; MAX and MIN
+    return a NaN operand, as ``np.maximum``/``np.minimum`` do)."""
+    n = d.shape[0]
+    if rop == 0:
+        for i in range(n):
+            d[i] = x[i] + y[i]
+    elif rop == 1:
+        for i in range(n):
+            d[i] = x[i] * y[i]
+    elif rop == 2:
+        for i in range(n):
+            a = x[i]
+            b = y[i]
+            d[i] = a if (a >= b or a != a) else b
+    else:
+        for i in range(n):
+            a = x[i]
+            b = y[i]
+            d[i] = a if (a <= b or a != a) else b
+
+
+def _j_redb(x, y, d, rop):
+    """:func:`_j_red` and the bitwise operations, for integer types."""
+    n = d.shape[0]
+    if rop < 4:
+        _red(x, y, d, rop)
+    elif rop == 4:
+        for i in range(n):
+            d[i] = x[i] & y[i]
+    elif rop == 5:
+        for i in range(n):
+            d[i] = x[i] | y[i]
+    else:
+        for i in range(n):
+            d[i] = x[i] ^ y[i]

@@ -33,7 +33,7 @@ def _counting():
     from gpumpi.collectives import _execute, _lean
 
     n = {"lean": 0, "exec": 0}
-    run, start = _lean._run, _execute.Run.start
+    run, start = _lean._go, _execute.Run.start
 
     def lean_run(*a):
         n["lean"] += 1
@@ -43,7 +43,7 @@ def _counting():
         n["exec"] += 1
         return start(self)
 
-    _lean._run = lean_run
+    _lean._go = lean_run
     _execute.Run.start = exec_start
     return n
 
@@ -75,6 +75,14 @@ def _calls(c, MPI, seed=0):
     return out
 
 
+def _at(addr: int, shape):
+    """A copy of the int64 array of ``shape`` at address ``addr``."""
+    import ctypes
+
+    n = int(np.prod(shape))
+    return np.frombuffer((ctypes.c_int64 * n).from_address(addr), np.int64).reshape(shape).copy()
+
+
 def _record(lean: bool):
     """The messages of ``_calls`` on this rank, as the engine is asked for them (the general
     calls, and the compiled ones that served): (what, peer, tag, context, bytes, signature)."""
@@ -86,7 +94,7 @@ def _record(lean: bool):
     n = _counting()
     eng = rt.ENGINE
     log = []
-    fast = [0]
+    fast = [0, 0]  # compiled sends and receives; compiled programs that served
     isend, irecv, send_fast, recv_fast = eng.isend, eng.irecv, eng.send_fast, eng.recv_fast
 
     def rec_isend(bufs, nbytes, wpeer, src, tag, ctx, mode, call, addrs=None, sig=0):
@@ -112,13 +120,38 @@ def _record(lean: bool):
             fast[0] += 1
         return got
 
+    def rec_frounds(tab, cmapa, csize, proga, nsteps, i0, bufs, src, ctx, tag, sig, rtype, rop, budget, epoch, o):
+        # a compiled program (fastring.rounds, arrays by address): the sends and receives of the steps it did
+        i = eng_frounds(tab, cmapa, csize, proga, nsteps, i0, bufs, src, ctx, tag, sig, rtype, rop, budget, epoch, o)
+        prog = _at(proga, (nsteps, F.STEP))
+        cmap = _at(cmapa, (2, csize))
+        for row in prog[i0:nsteps if i < 0 else i]:
+            kind, peer, n = int(row[0]), int(row[1]), int(row[4])
+            if kind == F.SEND:
+                log.append(("send", int(cmap[1, peer]), src, tag, ctx, n, sig))
+            elif kind == F.RECV:
+                log.append(("recv", peer, int(cmap[1, peer]), tag, ctx, n, 0))
+            fast[0] += kind in (F.SEND, F.RECV)
+        fast[1] += i < 0 or i > i0  # a program that got somewhere
+        return i
+
+    from gpumpi.ipc import fastring as F
+
     eng.isend, eng.irecv, eng.send_fast, eng.recv_fast = rec_isend, rec_irecv, rec_send_fast, rec_recv_fast
     c = MPI.COMM_WORLD
+    c.Barrier()  # the compiled path is on from here (GPUMPI_FASTPATH=on compiles it on first use)
+    eng_frounds = eng.frounds
+    if eng_frounds is not None:
+        eng.frounds = rec_frounds
+    log.clear()
+    fast[:] = [0, 0]
     out = _calls(c, MPI)
     del eng.isend, eng.irecv, eng.send_fast, eng.recv_fast
+    if eng_frounds is not None:
+        eng.frounds = eng_frounds
     # a run on the executor uses the engine in no other way (the lean path, by its plans)
     assert (n["lean"] > 0) == lean and (n["exec"] > 0) != lean, n
-    return log, out, fast[0]
+    return log, out, fast
 
 
 @pytest.mark.parametrize("fastpath", ["on", "off"])
@@ -130,7 +163,8 @@ def test_same_messages_as_the_executor(n, fastpath):
     for r in range(n):
         assert lean[r][1] == general[r][1]
         assert len(lean[r][0]) == len(general[r][0]) and lean[r][0] == general[r][0], r
-        assert general[r][2] == 0 and (lean[r][2] > 0) == (n > 1 and fastpath == "on"), (lean[r][2], general[r][2])
+        assert general[r][2] == [0, 0] and (lean[r][2][0] > 0) == (n > 1 and fastpath == "on"), (lean[r][2], general[r][2])
+        assert (lean[r][2][1] > 0) == (n > 1 and fastpath == "on"), lean[r][2]  # compiled rounds served
 
 
 def _mixed(general_ranks):

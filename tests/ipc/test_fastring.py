@@ -163,3 +163,41 @@ def test_specific_receive_steps_over_other_peers_plain_eager_frames(k, other_kin
     a.py_send(P.EAGER, 0, 3, 11, 5, b"again")
     assert recv(tab, 2, 11, 2, 5, 0, dst.ctypes.data, 16, 10, 0, out) == F.OTHER
     assert a.py_recv()[1] == b"again"
+
+
+_UF = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum, "BAND": np.bitwise_and,
+       "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
+
+
+def _operands(code, n, rng):
+    dt = np.dtype(code)
+    if dt.kind == "f":
+        special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e30, -1e-30, np.finfo(dt).max], dt)
+        x = np.concatenate([special, special[::-1], rng.normal(0, 1e3, n).astype(dt)])
+        y = np.concatenate([special[::-1], special, rng.normal(0, 1e3, n).astype(dt)])
+    else:
+        info = np.iinfo(dt)
+        special = np.array([info.min, info.max, 0, 1, info.max - 1, info.min + 1], dt)
+        x = np.concatenate([special, special[::-1], rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)])
+        y = np.concatenate([special[::-1], special, rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)])
+    return x, y
+
+
+@pytest.mark.parametrize("code, op", [(c, o) for c in F.RTYPES for o in F.ROPS
+                                      if not (c[0] == "f" and o.startswith("B"))])  # bitwise: integers only
+def test_compiled_reductions_are_numpys(k, code, op):
+    """The reductions of compiled collective rounds give NumPy's ufunc results: wrapping
+    integers, NaN propagated by MAX/MIN, every element (also in place: d is x or y)."""
+    rng = np.random.default_rng([F.RTYPES.index(code), F.ROPS.index(op)])
+    x, y = _operands(code, 37, rng)
+    want = _UF[op](x, y)
+    with np.errstate(all="ignore"):
+        d = np.full_like(x, 7)
+        F._reduce(F.RTYPES.index(code), F.ROPS.index(op), x.ctypes.data, y.ctypes.data, d.ctypes.data, len(x))
+        np.testing.assert_array_equal(d, want)  # NaN where NumPy has NaN, and nowhere else
+        yy = y.copy()  # d = x op d, the executor's in-place step
+        F._reduce(F.RTYPES.index(code), F.ROPS.index(op), x.ctypes.data, yy.ctypes.data, yy.ctypes.data, len(x))
+        np.testing.assert_array_equal(yy, want)
+        d = np.full_like(x, 7)  # a count of 0 writes nothing
+        F._reduce(F.RTYPES.index(code), F.ROPS.index(op), x.ctypes.data, y.ctypes.data, d.ctypes.data, 0)
+        assert (d == 7).all()
