@@ -357,10 +357,11 @@ def _typed(a, npdt):
 # --- the run -------------------------------------------------------------------------------------
 
 
-def _go(p: _Plan, comm, call: str, ws: _Set, ra=None, sa=None) -> None:
+def _go(p: _Plan, comm, call: str, ws: _Set, ra=None, sa=None) -> bool:
     """Carry out plan ``p`` on the user's arrays ``ra`` (receive) and ``sa`` (send), whose
     addresses are in ``ws.cb``: the compiled program as far as it goes, where nothing else is
-    pending on the engine and no other thread runs, and :func:`_run` the rest."""
+    pending on the engine and no other thread runs, and :func:`_run` the rest; True when the
+    compiled program ran (all of it or a part)."""
     eng = _rt.ENGINE
     fr = eng.frounds
     tag = None
@@ -374,8 +375,16 @@ def _go(p: _Plan, comm, call: str, ws: _Set, ra=None, sa=None) -> None:
                p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
         if i < 0:
             p.free.append(ws)
-            return
+            return True
         k, s0 = p.resume[i]
+    _fill(p, ws, ra, sa)
+    _run(p, comm, call, ws, tag, k, s0)
+    return tag is not None
+
+
+def _fill(p: _Plan, ws: _Set, ra, sa) -> None:
+    """Give ``ws`` what :func:`_run` works on besides the addresses in ``ws.cb``: the
+    addresses as ints, the user's arrays and their typed views."""
     ad = ws.ad
     ad[RBUF], ad[SBUF] = int(ws.cb[RBUF]), int(ws.cb[SBUF])
     if ra is not None:
@@ -386,7 +395,6 @@ def _go(p: _Plan, comm, call: str, ws: _Set, ra=None, sa=None) -> None:
         ws.arr[SBUF] = sa
         if p.typed_s:
             ws.ta[SBUF] = _typed(sa, p.npdt)
-    _run(p, comm, call, ws, tag, k, s0)
 
 
 _CMAPS: dict = {}
@@ -589,8 +597,93 @@ def bcast(comm, buf, root) -> bool:
     return True
 
 
+class _Last:
+    """The last Allreduce that ran as one compiled call, by identity: its communicator,
+    operation and plan, and per buffer the *kind* of its spec (a bare array's NumPy dtype
+    object, or a ``[array, datatype]`` list's Datatype object) and byte size.  A call whose
+    arguments are of the same kinds has the same plan (the plan key follows from them), so
+    it skips parsing and the lookup and checks only what an array may change in place:
+    its address, flags, dtype and size.  ``ws`` is a set of temporaries kept for this path
+    (taken away while a call runs on :func:`_run`, which may be reentered)."""
+
+    __slots__ = ("comm", "op", "rkey", "skey", "n", "p", "ws")
+
+    def __init__(self) -> None:
+        self.comm = self.op = self.rkey = self.skey = self.p = self.ws = None
+        self.n = -1
+
+
+_LAST = _Last()
+_CW = _C_CONTIG | _WRITEABLE
+
+
+def _same(spec, key, n: int, want: int):
+    """The array of buffer spec ``spec`` if it is of kind ``key`` (:class:`_Last`), ``n``
+    bytes and has the flag bits ``want``, else None."""
+    t = type(spec)
+    if t is _ND:
+        a = spec
+        if a.dtype is not key:
+            return None
+    elif t is list and len(spec) == 2 and spec[1] is key:
+        a = spec[0]
+        if type(a) is not _ND:
+            return None
+    else:
+        return None
+    if a.nbytes != n or _FLAGS[id(a) >> 3] & want != want:
+        return None
+    return a
+
+
+def _allreduce_last(comm, sendbuf, recvbuf) -> bool:
+    """The compiled Allreduce of :class:`_Last` (whose communicator and operation the
+    caller matched); False: these arguments are not of its kinds, or the engine cannot run
+    the program now (nothing done)."""
+    m = _LAST
+    n = m.n
+    ra = _same(recvbuf, m.rkey, n, _CW)
+    if ra is None:
+        return False
+    skey = m.skey
+    if skey is None:
+        if sendbuf is not IN_PLACE and sendbuf is not None:
+            return False
+        sa = None
+    else:
+        sa = _same(sendbuf, skey, n, _C_CONTIG)
+        if sa is None:
+            return False
+    eng = _rt.ENGINE
+    ws = m.ws
+    p = m.p
+    ctx = comm._ctx + 1
+    if ws is None or p.cw is not comm._w or p.cring is not eng.fring or _threads() or not eng._fast_clear(ctx):
+        return False
+    comm._check("Allreduce")
+    cb = ws.cb
+    cb[RBUF] = _DATA[id(ra) >> 3]
+    if sa is not None:
+        cb[SBUF] = _DATA[id(sa) >> 3]
+    tag = comm._ctag()
+    i = eng.frounds(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, comm._rank, ctx, tag, p.sig,
+                    p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
+    if i >= 0:  # the rest on the general rounds (which a nested call may enter: it finds no set here)
+        m.ws = None
+        k, s0 = p.resume[i]
+        _fill(p, ws, ra, sa)
+        try:
+            _run(p, comm, "Allreduce", ws, tag, k, s0)
+        finally:
+            if m.ws is None and m.p is p:
+                m.ws = p.take()
+    return True
+
+
 def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     """MPI_Allreduce on intracommunicator ``comm``; False: not taken."""
+    if comm is _LAST.comm and op is _LAST.op and _allreduce_last(comm, sendbuf, recvbuf):
+        return True
     if type(op) is not Op and not isinstance(op, Op):
         return False
     r = _host(recvbuf, True)
@@ -623,8 +716,19 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
         sa = None
     else:
         cb[SBUF] = saddr
-    _go(p, comm, "Allreduce", ws, ra, sa)
+    if _go(p, comm, "Allreduce", ws, ra, sa) and _PEEK:  # compiled: remember the kinds of these arguments
+        m = _LAST
+        if m.p is not p or m.ws is None:  # a set of this plan's, for the path alone
+            m.ws = p.take()
+        m.comm, m.op, m.n, m.p = comm, op, n, p
+        m.rkey = _kind(recvbuf)
+        m.skey = None if inplace else _kind(sendbuf)
     return True
+
+
+def _kind(spec):
+    """A spec's kind (:class:`_Last`): a bare array's dtype object or a list's datatype."""
+    return spec.dtype if type(spec) is _ND else spec[1]
 
 
 def _allreduce_plan(rank: int, size: int, n: int, dt, op, inplace: bool) -> _Plan:

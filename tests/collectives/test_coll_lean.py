@@ -369,3 +369,82 @@ def test_argument_errors_are_the_executors(n):
     general = run_ranks(_argument_errors, n, args=(False,))
     assert lean == general
     assert all(g is not None for g in lean[0]), lean[0]
+
+
+def _repeated():
+    """Allreduce called again and again with arguments of one kind (the compiled call of
+    _lean._Last, which skips parsing), and with what an array or spec may change between
+    calls: every result against NumPy, every error the executor's."""
+    from gpumpi import MPI
+    from gpumpi.collectives import _lean
+
+    c = MPI.COMM_WORLD
+    n, r = c.size, c.rank
+    d = c.Dup()
+    rev = c.Split(0, n - 1 - r)  # the ranks the other way round: another world map
+    went = {"go": 0, "calls": 0}
+    go = _lean._go
+
+    def counting_go(*a):
+        went["go"] += 1
+        return go(*a)
+
+    _lean._go = counting_go
+
+    def check(comm, s, rb, want, op=MPI.SUM):
+        went["calls"] += 1
+        comm.Allreduce(s, rb, op)
+        got = rb[0] if type(rb) is list else rb
+        assert np.array_equal(got, want) and got.dtype == want.dtype, (got, want)
+
+    base = [np.arange(3.0) + p for p in range(n)]
+    total = np.sum(base, axis=0)
+    a, b = base[r].copy(), np.zeros(3)
+    for _ in range(300):
+        check(c, a, b, total)
+    for comm in (d, c, rev, d, rev, c):  # other communicators: each its own world map
+        check(comm, a, np.full(3, -1.0), total)
+    check(c, base[r] * 2, np.zeros(3), total * 2)  # other arrays of the same kind
+    b2 = np.zeros(3)
+    a2 = a.copy()
+    a2.dtype = np.int64  # changed in place: another kind
+    check(c, a2, b2.view(np.int64), np.sum([x.view(np.int64) for x in base], axis=0))
+    for _ in range(3):
+        check(c, a, b, total)
+    check(c, a, b, np.maximum.reduce(base), MPI.MAX)  # another operation
+    specs = [a, MPI.DOUBLE], [np.zeros(3), MPI.DOUBLE]
+    for _ in range(3):
+        check(c, *specs, total)
+    specs[1][0] = np.full(3, 5.0)  # the list's array replaced
+    check(c, *specs, total)
+    inplace = base[r].copy()
+    for k in range(3):
+        c.Allreduce(MPI.IN_PLACE, inplace, MPI.SUM)
+        assert np.array_equal(inplace, total * n ** k), (k, inplace)
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    errors = []
+    for _ in range(2):
+        check(c, a, b, total)
+        try:  # the same kind as the last call's, but read-only: the executor's error
+            c.Allreduce(a, ro, MPI.SUM)
+            errors.append(None)
+        except Exception as e:  # noqa: BLE001
+            errors.append((type(e).__name__, str(e)))
+        check(c, a, b, total)
+        rs = a.copy()
+        rs.flags.writeable = False  # a read-only send buffer is fine
+        check(c, rs, b, total)
+    d.Free()
+    rev.Free()
+    _lean._go = go
+    return went, errors
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_repeated_calls_take_the_remembered_path_and_stay_right(n):
+    out = run_ranks(_repeated, n, env={"GPUMPI_FASTPATH": "on"})
+    for went, errors in out:
+        assert errors[0] is not None and errors[0] == errors[1], errors
+        if n > 1:  # most calls skipped the parsing and _go altogether
+            assert went["go"] < went["calls"] // 2, went
