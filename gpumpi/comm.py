@@ -1362,6 +1362,13 @@ class Comm(Handle):
 
     def Reduce(self, sendbuf, recvbuf, op: Op = SUM, root: int = 0, *, stream=None) -> None:
         """Reduce to root (MPI_Reduce)."""
+        if stream is None and _lean.ENABLED and not isinstance(self, Intercomm):
+            try:
+                if _lean.reduce(self, sendbuf, recvbuf, op, root):
+                    return
+            except MPIException as e:
+                self._raise(e)
+                return
         return self._coll_block(_calls.reduce, "Reduce", sendbuf, recvbuf, op, root, stream=stream)
 
     def Allreduce(self, sendbuf, recvbuf, op: Op = SUM, *, stream=None) -> None:

@@ -1,4 +1,4 @@
-"""Lean blocking collectives (L5): Barrier, and Bcast/Allreduce of small host arrays, in a tight loop.
+"""Lean blocking collectives (L5): Barrier, and Bcast/Allreduce/Reduce of small host arrays, in a tight loop.
 
 Theory of operation
 ===================
@@ -21,6 +21,7 @@ common kind, recognised from the object headers before anything is parsed:
 Anything else, and every call while ``ENABLED`` is false, goes to the executor
 unchanged, and the executor does the argument checking and raises its errors: a
 function here returns False before it has taken the call's tag or touched anything.
+``Reduce`` reads the receive buffer at the root only, as the executor does.
 
 Same messages as the executor
 -----------------------------
@@ -96,7 +97,7 @@ from ..op import _NULL_H, Op
 from . import _calls
 from .schedule import COPY, RBUF, RECV, RED, SBUF, SEND, TMP
 
-__all__ = ["ENABLED", "MAX_BYTES", "barrier", "bcast", "allreduce"]
+__all__ = ["ENABLED", "MAX_BYTES", "barrier", "bcast", "allreduce", "reduce"]
 
 #: False: every call takes the executor (tests mix the two paths across ranks with it)
 ENABLED = True
@@ -575,6 +576,11 @@ def barrier(comm) -> bool:
 
 def bcast(comm, buf, root) -> bool:
     """MPI_Bcast of ``buf`` from ``root`` on intracommunicator ``comm``; False: not taken."""
+    m = _LAST_BCAST
+    if comm is m.comm and type(root) is int and root == m.root:
+        a = _same(buf, m.rkey, m.n, _C_CONTIG if comm._rank == root else _CW)
+        if a is not None and _run_last(m, comm, "Bcast", a, None):
+            return True
     rank, size = comm._rank, comm._size
     if type(root) is not int or not 0 <= root < size:
         return False
@@ -593,7 +599,8 @@ def bcast(comm, buf, root) -> bool:
                              _sig(dt)))
     ws = p.free.pop() if p.free else p.take()
     ws.cb[RBUF] = addr
-    _go(p, comm, "Bcast", ws, a)
+    if _go(p, comm, "Bcast", ws, a) and _PEEK:  # compiled: remember the kinds of these arguments
+        _LAST_BCAST.keep(comm, p, n, _kind(buf), root=root)
     return True
 
 
@@ -606,14 +613,22 @@ class _Last:
     its address, flags, dtype and size.  ``ws`` is a set of temporaries kept for this path
     (taken away while a call runs on :func:`_run`, which may be reentered)."""
 
-    __slots__ = ("comm", "op", "rkey", "skey", "n", "p", "ws")
+    __slots__ = ("comm", "op", "root", "rkey", "skey", "n", "p", "ws")
 
     def __init__(self) -> None:
         self.comm = self.op = self.rkey = self.skey = self.p = self.ws = None
-        self.n = -1
+        self.n = self.root = -1
+
+    def keep(self, comm, p: _Plan, n: int, rkey, skey=None, op=None, root: int = -1) -> None:
+        """Remember a call that ran as a compiled program."""
+        if self.p is not p or self.ws is None:  # a set of this plan's, for the path alone
+            self.ws = p.take()
+        self.comm, self.op, self.root, self.n, self.p, self.rkey, self.skey = comm, op, root, n, p, rkey, skey
 
 
-_LAST = _Last()
+_LAST = _Last()  # Allreduce's
+_LAST_BCAST = _Last()
+_LAST_REDUCE = _Last()
 _CW = _C_CONTIG | _WRITEABLE
 
 
@@ -654,15 +669,23 @@ def _allreduce_last(comm, sendbuf, recvbuf) -> bool:
         sa = _same(sendbuf, skey, n, _C_CONTIG)
         if sa is None:
             return False
+    return _run_last(m, comm, "Allreduce", ra, sa)
+
+
+def _run_last(m: _Last, comm, call: str, ra, sa) -> bool:
+    """Run the plan of ``m`` on arrays ``ra`` and ``sa`` (None: not used) as one compiled call,
+    and on :func:`_run` from where that stops; False where the engine cannot run it now (no
+    set, another communicator's world map, another thread, something pending: nothing done)."""
     eng = _rt.ENGINE
     ws = m.ws
     p = m.p
     ctx = comm._ctx + 1
     if ws is None or p.cw is not comm._w or p.cring is not eng.fring or _threads() or not eng._fast_clear(ctx):
         return False
-    comm._check("Allreduce")
+    comm._check(call)
     cb = ws.cb
-    cb[RBUF] = _DATA[id(ra) >> 3]
+    if ra is not None:
+        cb[RBUF] = _DATA[id(ra) >> 3]
     if sa is not None:
         cb[SBUF] = _DATA[id(sa) >> 3]
     tag = comm._ctag()
@@ -673,7 +696,7 @@ def _allreduce_last(comm, sendbuf, recvbuf) -> bool:
         k, s0 = p.resume[i]
         _fill(p, ws, ra, sa)
         try:
-            _run(p, comm, "Allreduce", ws, tag, k, s0)
+            _run(p, comm, call, ws, tag, k, s0)
         finally:
             if m.ws is None and m.p is p:
                 m.ws = p.take()
@@ -717,18 +740,91 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     else:
         cb[SBUF] = saddr
     if _go(p, comm, "Allreduce", ws, ra, sa) and _PEEK:  # compiled: remember the kinds of these arguments
-        m = _LAST
-        if m.p is not p or m.ws is None:  # a set of this plan's, for the path alone
-            m.ws = p.take()
-        m.comm, m.op, m.n, m.p = comm, op, n, p
-        m.rkey = _kind(recvbuf)
-        m.skey = None if inplace else _kind(sendbuf)
+        _LAST.keep(comm, p, n, _kind(recvbuf), None if inplace else _kind(sendbuf), op)
     return True
 
 
 def _kind(spec):
     """A spec's kind (:class:`_Last`): a bare array's dtype object or a list's datatype."""
     return spec.dtype if type(spec) is _ND else spec[1]
+
+
+def reduce(comm, sendbuf, recvbuf, op, root) -> bool:
+    """MPI_Reduce to ``root`` on intracommunicator ``comm``; False: not taken (the receive
+    buffer counts at the root only, as the executor reads it)."""
+    m = _LAST_REDUCE
+    if comm is m.comm and op is m.op and type(root) is int and root == m.root:
+        ra = sa = None
+        if comm._rank == root:
+            ra = _same(recvbuf, m.rkey, m.n, _CW)
+            ok = ra is not None
+        else:
+            ok = True
+        if ok and m.skey is not None:
+            sa = _same(sendbuf, m.skey, m.n, _C_CONTIG)
+            ok = sa is not None
+        elif ok:
+            ok = sendbuf is IN_PLACE or sendbuf is None
+        if ok and _run_last(m, comm, "Reduce", ra, sa):
+            return True
+    if type(op) is not Op and not isinstance(op, Op):
+        return False
+    rank, size = comm._rank, comm._size
+    if type(root) is not int or not 0 <= root < size:
+        return False
+    ra = sa = None
+    inplace = False
+    if rank == root:
+        r = _host(recvbuf, True)
+        if r is None:
+            return False
+        ra, dt, raddr = r
+        inplace = sendbuf is None or sendbuf is IN_PLACE
+        if not inplace:
+            h = _host(sendbuf, False)
+            if h is None or h[1] is not dt or h[0].nbytes != ra.nbytes:
+                return False
+            sa, _, saddr = h
+        n = ra.nbytes
+    else:
+        if sendbuf is None or sendbuf is IN_PLACE:
+            return False
+        h = _host(sendbuf, False)
+        if h is None:
+            return False
+        sa, dt, saddr = h
+        n = sa.nbytes
+    key = ("reduce", rank, size, n, dt._rec, op._h, root, inplace)
+    p = _PLANS.get(key)
+    if p is None:
+        if n > MAX_BYTES or op._rec is not None or op._h == _NULL_H or not op._commute:
+            return False
+        try:
+            p = _keep(key, _reduce_plan(rank, size, n, dt, op, root, inplace))
+        except Exception:  # noqa: BLE001 - not defined for the type...: the executor raises it
+            return False
+    comm._check("Reduce")
+    ws = p.free.pop() if p.free else p.take()
+    cb = ws.cb
+    if ra is not None:
+        cb[RBUF] = raddr
+    if sa is not None:
+        cb[SBUF] = saddr
+    if _go(p, comm, "Reduce", ws, ra, sa) and _PEEK:  # compiled: remember the kinds of these arguments
+        _LAST_REDUCE.keep(comm, p, n, _kind(recvbuf) if ra is not None else None,
+                          _kind(sendbuf) if sa is not None else None, op, root)
+    return True
+
+
+def _reduce_plan(rank: int, size: int, n: int, dt, op, root: int, inplace: bool) -> _Plan:
+    """The executor's Reduce schedule (``_calls.reduce``: the same arguments to ``_schedule``)."""
+    from ..kernels.reduce import resolve
+
+    red = resolve(op._name, dt, "Reduce")
+    units = (n // dt._size) * red.per
+    sched = _calls._schedule("reduce", rank, size, unit=red.unit, memory="host", n=units, commute=True, root=root,
+                             inplace=inplace)
+    return _Plan(sched, red.unit, n, _sig(dt), red)
 
 
 def _allreduce_plan(rank: int, size: int, n: int, dt, op, inplace: bool) -> _Plan:

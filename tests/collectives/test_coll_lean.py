@@ -71,6 +71,15 @@ def _calls(c, MPI, seed=0):
                 c.Allreduce(MPI.IN_PLACE, [got, {"f8": MPI.DOUBLE, "i4": MPI.INT, "f4": MPI.FLOAT}[dt]], op)
                 assert np.array_equal(got.ravel(), want), (count, dt, name, "IN_PLACE")
                 out.append(got.ravel().tolist())
+                for root in range(size):  # Reduce: the receive buffer counts at the root only
+                    got = np.full(count, 55, dt) if rank == root else None
+                    c.Reduce(vals(rank, count, dt, seed), got, op, root)
+                    if rank == root:
+                        assert np.array_equal(got, want), (count, dt, name, root, got, want)
+                        got = vals(rank, count, dt, seed)
+                    c.Reduce(MPI.IN_PLACE if rank == root else vals(rank, count, dt, seed), got, op, root)
+                    if rank == root:
+                        assert np.array_equal(got, want), (count, dt, name, root, "IN_PLACE")
         c.Barrier()
     return out
 
@@ -98,7 +107,7 @@ def _record(lean: bool):
     isend, irecv, send_fast, recv_fast = eng.isend, eng.irecv, eng.send_fast, eng.recv_fast
 
     def rec_isend(bufs, nbytes, wpeer, src, tag, ctx, mode, call, addrs=None, sig=0):
-        assert mode == 0 and call in ("Barrier", "Bcast", "Allreduce"), (mode, call)
+        assert mode == 0 and call in ("Barrier", "Bcast", "Allreduce", "Reduce"), (mode, call)
         log.append(("send", wpeer, src, tag, ctx, nbytes, sig))
         return isend(bufs, nbytes, wpeer, src, tag, ctx, mode, call, addrs, sig)
 
@@ -189,6 +198,13 @@ def _mixed(general_ranks):
     else:
         d.Allreduce(vals(c.rank, k, "f8", 9), got, MPI.SUM)
     assert np.array_equal(got, want)
+    for root in range(c.size):
+        got = np.zeros(k)
+        if c.rank == 0:
+            d.Reduce([vals(0, k, "f8", 9), 1, dbl5], [got, 1, dbl5], MPI.SUM, root)
+        else:
+            d.Reduce(vals(c.rank, k, "f8", 9), got, MPI.SUM, root)
+        assert np.array_equal(got, want if c.rank == root else np.zeros(k)), (root, got)
     wide = np.zeros(2 * k)
     buf = wide[::2] if c.rank == c.size - 1 else np.zeros(k)
     if c.rank == 0:
@@ -231,6 +247,12 @@ def _receive_errors(lean0):
             got.append(None)
         except MPI.Exception as e:
             got.append((what, e.Get_error_class(), str(e)))
+        r = mine if c.rank == 1 else np.zeros(4)
+        try:  # to rank 1: its receives are the ones at fault
+            c.Reduce(s, r, MPI.SUM, 1)
+            got.append(None)
+        except MPI.Exception as e:
+            got.append((what, e.Get_error_class(), str(e)))
         c.Barrier()
     return got
 
@@ -246,11 +268,11 @@ def test_receive_errors_are_the_executors(n, fastpath):
         per_mode.append(res)
     for r in range(n):
         assert per_mode[0][r] == per_mode[1][r]
-    bad = per_mode[0][1]  # Bcast, Allreduce of each case on rank 1
-    assert [b[1] for b in bad] == [MPI.ERR_TRUNCATE] * 2 + [MPI.ERR_COUNT] * 2 + [MPI.ERR_TYPE] * 2, bad
+    bad = per_mode[0][1]  # Bcast, Allreduce, Reduce of each case on rank 1
+    assert [b[1] for b in bad] == [MPI.ERR_TRUNCATE] * 3 + [MPI.ERR_COUNT] * 3 + [MPI.ERR_TYPE] * 3, bad
     for r in range(n):
-        if r != 1:  # the root and other ranks complete their Bcast
-            assert per_mode[0][r][0::2] == [None] * 3, per_mode[0][r]
+        if r != 1:  # the root and other ranks complete their Bcast, and their sends of Reduce
+            assert per_mode[0][r][0::3] == [None] * 3 and per_mode[0][r][2::3] == [None] * 3, per_mode[0][r]
 
 
 def _peer_dies(path):
@@ -348,6 +370,13 @@ def _argument_errors(lean):
         lambda: d2.Allreduce(np.zeros(2), np.zeros(2), MPI.SUM),
         lambda: MPI.COMM_NULL.Barrier(),
         lambda: MPI.COMM_NULL.Allreduce(np.zeros(2), np.zeros(2), MPI.SUM),
+        lambda: c.Reduce(np.zeros(2), np.zeros(2), MPI.SUM, c.size),
+        lambda: c.Reduce(np.zeros(2), np.zeros(2), MPI.SUM, -1),
+        lambda: c.Reduce(np.zeros(2), np.zeros(2), MPI.OP_NULL, 0),
+        lambda: c.Reduce(np.zeros(2), np.zeros(2), np.add, 0),
+        lambda: c.Reduce(np.zeros(2), np.zeros(2), MPI.BAND, 0),
+        lambda: d2.Reduce(np.zeros(2), np.zeros(2), MPI.SUM, 0),
+        lambda: MPI.COMM_NULL.Reduce(np.zeros(2), np.zeros(2), MPI.SUM, 0),
     ]
     got = []
     for f in bad:
@@ -435,6 +464,35 @@ def _repeated():
         rs = a.copy()
         rs.flags.writeable = False  # a read-only send buffer is fine
         check(c, rs, b, total)
+    for root in [0] * 50 + list(range(n)) + [n - 1] * 3:  # Bcast likewise (its root is part of the kind)
+        for comm in (c, c, rev, c):
+            went["calls"] += 1
+            x = np.arange(4, dtype=np.int32) * (root + 1) if comm.rank == root else np.zeros(4, np.int32)
+            comm.Bcast(x, root)
+            assert np.array_equal(x, np.arange(4, dtype=np.int32) * (root + 1)), (root, x)
+    for root in [0] * 20 + list(range(n)) * 2:  # Reduce likewise (root and role are part of the kind)
+        for comm in (c, c, c, rev):
+            went["calls"] += 1
+            got = np.full(3, -1.0) if comm.rank == root else None
+            comm.Reduce(a, got, MPI.SUM, root)
+            assert comm.rank != root or np.array_equal(got, total), (root, got)
+        for comm in (c, c, c, rev):
+            went["calls"] += 1
+            got = a.copy()
+            comm.Reduce(MPI.IN_PLACE if comm.rank == root else a, got, MPI.SUM, root)
+            assert comm.rank != root or np.array_equal(got, total), (root, got)
+    spec = [np.zeros(4, np.int32), MPI.INT]
+    for k in range(3):
+        if r == 0:
+            spec[0] = np.full(4, k, np.int32)  # the list's array replaced
+        c.Bcast(spec, 0)
+        assert np.array_equal(spec[0], np.full(4, k)), spec
+    ro4 = np.zeros(4, np.int32)
+    ro4.flags.writeable = False
+    for _ in range(3):  # a read-only buffer is fine at the root (the others' are writable)
+        got = ro4 if r == 0 else np.ones(4, np.int32)
+        c.Bcast(got, 0)
+        assert not got.any(), got
     d.Free()
     rev.Free()
     _lean._go = go
