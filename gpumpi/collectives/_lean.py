@@ -16,7 +16,8 @@ common kind, recognised from the object headers before anything is parsed:
   Allreduce's send buffer;
 * Allreduce: a predefined commutative operation defined for the datatype, send and
   receive buffers of one datatype and count;
-* at most ``MAX_BYTES`` bytes (small messages: every one eager unless a ring is full).
+* at most ``MAX_BYTES`` bytes (the default eager limit: messages go inline in the ring
+  unless it is full or ``GPUMPI_EAGER_LIMIT`` is lower, when the general calls carry them).
 
 Anything else, and every call while ``ENABLED`` is false, goes to the executor
 unchanged, and the executor does the argument checking and raises its errors: a
@@ -102,7 +103,7 @@ __all__ = ["ENABLED", "MAX_BYTES", "barrier", "bcast", "allreduce", "reduce"]
 #: False: every call takes the executor (tests mix the two paths across ranks with it)
 ENABLED = True
 #: the largest buffer (bytes) this path takes
-MAX_BYTES = 16384
+MAX_BYTES = 65536
 
 _ND = np.ndarray
 _U8 = np.uint8

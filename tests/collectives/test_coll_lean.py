@@ -18,7 +18,7 @@ from gpumpi.testing import RanksFailed, run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
-SIZES = (0, 1, 7, 300)  # elements; 300 float64: more than one unit per rank everywhere
+SIZES = (0, 1, 7, 300, 5000)  # elements; 300 float64: more than one unit per rank everywhere; 5000: 20-40 KB
 OPS = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum, "BXOR": np.bitwise_xor}
 TYPES = {"f8": ("SUM", "PROD", "MAX", "MIN"), "i4": ("SUM", "MAX", "BXOR"), "f4": ("SUM", "MIN")}
 
@@ -166,7 +166,16 @@ def _record(lean: bool):
 @pytest.mark.parametrize("fastpath", ["on", "off"])
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_same_messages_as_the_executor(n, fastpath):
-    env = {"GPUMPI_FASTPATH": fastpath}  # the lean path's sends and receives by the compiled calls, or not
+    _same_messages(n, {"GPUMPI_FASTPATH": fastpath})  # the lean path's sends and receives by the compiled calls, or not
+
+
+def test_same_messages_above_the_eager_limit():
+    # messages above a lowered eager limit: the lean rounds' general sends (rendezvous) in the mix
+    _same_messages(3, {"GPUMPI_FASTPATH": "on", "GPUMPI_EAGER_LIMIT": "4096"})
+
+
+def _same_messages(n, env):
+    fastpath = env["GPUMPI_FASTPATH"]
     lean = run_ranks(_record, n, args=(True,), env=env)
     general = run_ranks(_record, n, args=(False,), env=env)
     for r in range(n):
