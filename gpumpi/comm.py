@@ -1564,6 +1564,10 @@ class Comm(Handle):
         self._cseq = (self._cseq + 1) & 0x1FFFFFFF
         return self._cseq
 
+    def _ctag_back(self) -> None:
+        """Give back the tag :meth:`_ctag` just took (for a call that then did not run)."""
+        self._cseq = (self._cseq - 1) & 0x1FFFFFFF
+
     def _csend(self, mem, dest: int, tag: int, call: str):
         return _p2p.send_bytes(mem, self._w[dest], self._rank, tag, self._ctx + 1, call)
 

@@ -373,8 +373,8 @@ def _go(p: _Plan, comm, call: str, ws: _Set, ra=None, sa=None) -> bool:
         if p.cw is not w or p.cring is not eng.fring:
             _cmap(p, w, eng)
         tag = comm._ctag()
-        i = fr(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, comm._rank, comm._ctx + 1, tag, p.sig,
-               p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
+        i = fr(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, 0, 0, 0, 0, comm._rank, comm._ctx + 1, tag,
+               p.sig, p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
         if i < 0:
             p.free.append(ws)
             return True
@@ -579,8 +579,8 @@ def bcast(comm, buf, root) -> bool:
     """MPI_Bcast of ``buf`` from ``root`` on intracommunicator ``comm``; False: not taken."""
     m = _LAST_BCAST
     if comm is m.comm and type(root) is int and root == m.root:
-        a = _same(buf, m.rkey, m.n, _C_CONTIG if comm._rank == root else _CW)
-        if a is not None and _run_last(m, comm, "Bcast", a, None):
+        a = _same(buf, m.rkey, m.n)
+        if a is not None and _run_last(m, comm, "Bcast", a, _C_CONTIG if comm._rank == root else _CW, None):
             return True
     rank, size = comm._rank, comm._size
     if type(root) is not int or not 0 <= root < size:
@@ -633,9 +633,9 @@ _LAST_REDUCE = _Last()
 _CW = _C_CONTIG | _WRITEABLE
 
 
-def _same(spec, key, n: int, want: int):
-    """The array of buffer spec ``spec`` if it is of kind ``key`` (:class:`_Last`), ``n``
-    bytes and has the flag bits ``want``, else None."""
+def _same(spec, key, n: int):
+    """The array of buffer spec ``spec`` if it is of kind ``key`` (:class:`_Last`) and ``n``
+    bytes, else None (its flags are the compiled call's to check)."""
     t = type(spec)
     if t is _ND:
         a = spec
@@ -647,9 +647,7 @@ def _same(spec, key, n: int, want: int):
             return None
     else:
         return None
-    if a.nbytes != n or _FLAGS[id(a) >> 3] & want != want:
-        return None
-    return a
+    return a if a.nbytes == n else None
 
 
 def _allreduce_last(comm, sendbuf, recvbuf) -> bool:
@@ -658,7 +656,7 @@ def _allreduce_last(comm, sendbuf, recvbuf) -> bool:
     the program now (nothing done)."""
     m = _LAST
     n = m.n
-    ra = _same(recvbuf, m.rkey, n, _CW)
+    ra = _same(recvbuf, m.rkey, n)
     if ra is None:
         return False
     skey = m.skey
@@ -667,31 +665,34 @@ def _allreduce_last(comm, sendbuf, recvbuf) -> bool:
             return False
         sa = None
     else:
-        sa = _same(sendbuf, skey, n, _C_CONTIG)
+        sa = _same(sendbuf, skey, n)
         if sa is None:
             return False
-    return _run_last(m, comm, "Allreduce", ra, sa)
+    return _run_last(m, comm, "Allreduce", ra, _CW, sa)
 
 
-def _run_last(m: _Last, comm, call: str, ra, sa) -> bool:
-    """Run the plan of ``m`` on arrays ``ra`` and ``sa`` (None: not used) as one compiled call,
-    and on :func:`_run` from where that stops; False where the engine cannot run it now (no
-    set, another communicator's world map, another thread, something pending: nothing done)."""
+def _run_last(m: _Last, comm, call: str, ra, rwant: int, sa) -> bool:
+    """Run the plan of ``m`` on arrays ``ra`` (whose flags must have the bits ``rwant``) and
+    ``sa`` (C-contiguous; None: not used) as one compiled call, and on :func:`_run` from where
+    that stops; False where the engine cannot run it now (no set, another communicator's
+    world map, another thread, something pending) or a flag is missing: nothing done."""
     eng = _rt.ENGINE
     ws = m.ws
     p = m.p
     ctx = comm._ctx + 1
-    if ws is None or p.cw is not comm._w or p.cring is not eng.fring or _threads() or not eng._fast_clear(ctx):
+    if ws is None or p.cw is not comm._w or p.cring is not eng.fring or _threads():
+        return False
+    q = eng.matcher._ctx.get(ctx)  # Engine._fast_clear, inline
+    if (q is not None and (q.posted or q.unexpected)) or eng.tr.nbacklog or eng.pushing or eng.ready or eng.failed:
         return False
     comm._check(call)
-    cb = ws.cb
-    if ra is not None:
-        cb[RBUF] = _DATA[id(ra) >> 3]
-    if sa is not None:
-        cb[SBUF] = _DATA[id(sa) >> 3]
     tag = comm._ctag()
-    i = eng.frounds(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, comm._rank, ctx, tag, p.sig,
-                    p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
+    i = eng.frounds(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, 0 if ra is None else id(ra), rwant,
+                    0 if sa is None else id(sa), _C_CONTIG, comm._rank, ctx, tag, p.sig, p.rtype, p.rop,
+                    eng.spin_first, eng.epoch, eng.fout_a)
+    if i == -2:  # a flag missing: the general route raises what it must (the tag is given back)
+        comm._ctag_back()
+        return False
     if i >= 0:  # the rest on the general rounds (which a nested call may enter: it finds no set here)
         m.ws = None
         k, s0 = p.resume[i]
@@ -757,16 +758,16 @@ def reduce(comm, sendbuf, recvbuf, op, root) -> bool:
     if comm is m.comm and op is m.op and type(root) is int and root == m.root:
         ra = sa = None
         if comm._rank == root:
-            ra = _same(recvbuf, m.rkey, m.n, _CW)
+            ra = _same(recvbuf, m.rkey, m.n)
             ok = ra is not None
         else:
             ok = True
         if ok and m.skey is not None:
-            sa = _same(sendbuf, m.skey, m.n, _C_CONTIG)
+            sa = _same(sendbuf, m.skey, m.n)
             ok = sa is not None
         elif ok:
             ok = sendbuf is IN_PLACE or sendbuf is None
-        if ok and _run_last(m, comm, "Reduce", ra, sa):
+        if ok and _run_last(m, comm, "Reduce", ra, _CW, sa):
             return True
     if type(op) is not Op and not isinstance(op, Op):
         return False

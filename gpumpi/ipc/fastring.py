@@ -82,6 +82,9 @@ _red = _redb = None
 #: step kinds of :func:`rounds` programs (rows of ``STEP`` int64: the kind, then its operands)
 SEND, RECV, COPY, RED = 0, 1, 2, 3
 STEP = 8
+#: byte offsets of the data pointer and the flags word in a CPython ndarray object (the layout
+#: gpumpi._arrays verifies at import before it reads them: ``_PEEK``)
+ND_DATA, ND_FLAGS = 16, 64
 #: the element types (NumPy ``dtype.str[1:]``, native byte order) and predefined operations
 #: the compiled reductions run, by code
 RTYPES = ("f8", "f4", "i8", "i4", "u8", "u4")
@@ -230,7 +233,7 @@ def _build():
     wait = _jit(_j_wait, "int64(int64[::1], int64, int64)")
     _red, _redb = _jit_lazy(_j_red), _jit_lazy(_j_redb)
     _reduce = _jit(_j_reduce, "none(int64, int64, int64, int64, int64, int64)")
-    rounds = _jit(_j_rounds, "int64(" + ", ".join(["int64"] * 16) + ")")
+    rounds = _jit(_j_rounds, "int64(" + ", ".join(["int64"] * 20) + ")")
     # the machine code's own entry points: no dispatcher (no typing of the arguments on each
     # call, about half the cost of a call); callers pass exactly these types
     return tuple(f.get_overload(f.signatures[0]) for f in (send, recv, wait, rounds))
@@ -384,7 +387,8 @@ def _j_wait(tab, budget, epoch):
 # -- compiled collective rounds ----------------------------------------------------------------
 
 
-def _j_rounds(taba, cmapa, csize, proga, nsteps, i0, bufsa, src, ctx, tag, sig, rtype, rop, budget, epoch, outa):
+def _j_rounds(taba, cmapa, csize, proga, nsteps, i0, bufsa, rarr, rwant, sarr, swant, src, ctx, tag, sig, rtype, rop,
+              budget, epoch, outa):
     """Run steps ``i0``.. of the collective program at ``proga`` (``nsteps`` rows of
     :data:`STEP` int64): -1 when all are done, else the index of the first step not done
     (nothing of it done: a send with no room, a receive whose frame is not the exact message
@@ -398,7 +402,22 @@ def _j_rounds(taba, cmapa, csize, proga, nsteps, i0, bufsa, src, ctx, tag, sig, 
     ``csize`` int64 array at ``cmapa``; every message is ``src``'s on ``ctx`` with ``tag``;
     the int64[4] at ``outa`` gets the last receive's source, tag, bytes and signature; the
     ring table (:func:`recv`'s ``tab``) is at ``taba``.  Arrays come as addresses: each
-    array argument would cost the call about 60 ns to unpack."""
+    array argument would cost the call about 60 ns to unpack.
+
+    ``rarr``/``sarr`` (0: none) are the object addresses of NumPy arrays whose data
+    addresses go to ``bufs[1]``/``bufs[0]`` (the schedule's receive and send buffers) before
+    anything is done, if their flags words have the bits ``rwant``/``swant`` (``NPY_ARRAY_*``);
+    -2 if not (nothing done).  Callers pass them only where :mod:`gpumpi._arrays` verified
+    the ndarray header layout (``_PEEK``: data pointer at :data:`ND_DATA`, flags at
+    :data:`ND_FLAGS`)."""
+    if rarr and _ld64(rarr + ND_FLAGS) & rwant != rwant:
+        return -2
+    if sarr and _ld64(sarr + ND_FLAGS) & swant != swant:
+        return -2
+    if rarr:
+        _st64(bufsa + 8, _ld64(rarr + ND_DATA))
+    if sarr:
+        _st64(bufsa, _ld64(sarr + ND_DATA))
     tab = _carray(_pi8(taba), 3 + 2 * _ld64(taba + 16))
     out = _carray(_pi8(outa), 4)
     prog = _carray(_pi8(proga), (nsteps, STEP))

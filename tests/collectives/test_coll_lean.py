@@ -129,9 +129,13 @@ def _record(lean: bool):
             fast[0] += 1
         return got
 
-    def rec_frounds(tab, cmapa, csize, proga, nsteps, i0, bufs, src, ctx, tag, sig, rtype, rop, budget, epoch, o):
+    def rec_frounds(tab, cmapa, csize, proga, nsteps, i0, bufs, rarr, rwant, sarr, swant, src, ctx, tag, sig, rtype,
+                    rop, budget, epoch, o):
         # a compiled program (fastring.rounds, arrays by address): the sends and receives of the steps it did
-        i = eng_frounds(tab, cmapa, csize, proga, nsteps, i0, bufs, src, ctx, tag, sig, rtype, rop, budget, epoch, o)
+        i = eng_frounds(tab, cmapa, csize, proga, nsteps, i0, bufs, rarr, rwant, sarr, swant, src, ctx, tag, sig,
+                        rtype, rop, budget, epoch, o)
+        if i == -2:  # an array's flags refused: nothing done
+            return i
         prog = _at(proga, (nsteps, F.STEP))
         cmap = _at(cmapa, (2, csize))
         for row in prog[i0:nsteps if i < 0 else i]:

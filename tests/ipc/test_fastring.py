@@ -201,3 +201,15 @@ def test_compiled_reductions_are_numpys(k, code, op):
         d = np.full_like(x, 7)  # a count of 0 writes nothing
         F._reduce(F.RTYPES.index(code), F.ROPS.index(op), x.ctypes.data, y.ctypes.data, d.ctypes.data, 0)
         assert (d == 7).all()
+
+
+def test_ndarray_header_offsets_are_the_verified_ones():
+    """rounds reads an array's data pointer and flags at the offsets gpumpi._arrays verified."""
+    from gpumpi import _arrays as A
+
+    if not A._PEEK:
+        pytest.skip("this interpreter's ndarray layout is not the verified one: rounds gets no arrays")
+    a = np.arange(5.0)
+    word = lambda off: np.frombuffer(ctypes.string_at(id(a) + off, 8), np.uint64)[0]  # noqa: E731
+    assert word(F.ND_DATA) == a.ctypes.data == A._DATA[id(a) >> 3]
+    assert word(F.ND_FLAGS) == A._FLAGS[id(a) >> 3]
