@@ -189,6 +189,8 @@ class Engine:
         # more eligible calls (-1: never)
         self.fast_after = cfg.fastpath
         self.fsend = self.frecv = self.fwait = self.frounds = None
+        self.held: dict = {}  # size -> free buffers of unexpected eager payloads (_hold)
+        self.held_bytes = 0
         self.ftab = self.fout = self.fring = None
         self.fsize = 0
         self._tls = threading.local()  # recv_fast's result array of each thread but the only one
@@ -375,6 +377,7 @@ class Engine:
             if arr is not None:
                 self._match(x, arr.peer, arr.src, arr.ctx, arr.tag, arr.kind, arr.flags, arr.nbytes, arr.msgid,
                             arr.data, arr.segs, arr.sig)
+                self._unhold(arr)
             elif wpeer in self.failed or (wpeer == ANY_SOURCE and self.failed):
                 self.matcher.cancel_recv(ctx, x)
                 self._fail_recv_for_failure(x)
@@ -527,6 +530,7 @@ class Engine:
         with self.lock:
             self._match(x, arr.peer, arr.src, arr.ctx, arr.tag, arr.kind, arr.flags, arr.nbytes, arr.msgid,
                         arr.data, arr.segs, arr.sig)
+            self._unhold(arr)
 
     # --- matching ---------------------------------------------------------------------------
     def _match(self, x: Xfer, peer, src, ctx, tag, kind, flags, n, msgid, data, offer, sig=0) -> None:
@@ -646,10 +650,40 @@ class Engine:
         arr = Arrival(peer, src, ctx, tag, kind, flags, nbytes, msgid, sig)
         arr.segs = offer
         if kind == P.EAGER:
-            arr.data = bytes(payload)
+            arr.data = self._hold(payload)
         self.matcher.add_unexpected(ctx, src, tag, arr)
         if flags & P.FLAG_SYNC or kind == P.RTS:
             self.cancellable[(peer, msgid)] = arr
+
+    # Unexpected eager payloads are copied out of the ring into buffers kept for reuse.  A new
+    # bytes object each made the heap grow by a burst of early messages and shrink when they
+    # were received: glibc returns the freed top to the system (M_TRIM_THRESHOLD) and the next
+    # burst faults every page back in (osu_bw's window of 64 KiB messages, which all arrive
+    # before their receives once the sends are compiled, ran at a quarter of its speed).
+    _HOLD_MIN = 4096  # smaller payloads: a bytes object (pymalloc and small heap chunks churn little)
+    _HOLD_MAX = 16 << 20  # bytes of free buffers kept
+
+    def _hold(self, payload):
+        """A copy of ``payload`` (an unexpected eager message's), in a reused buffer where large."""
+        n = len(payload)
+        if n < self._HOLD_MIN:
+            return bytes(payload)
+        free = self.held.get(n)
+        if free:
+            buf = free.pop()
+            self.held_bytes -= n
+        else:
+            buf = bytearray(n)
+        buf[:] = payload
+        return buf
+
+    def _unhold(self, arr: Arrival) -> None:
+        """Take back ``arr``'s payload buffer once its receive has copied it out."""
+        buf = arr.data
+        arr.data = None
+        if type(buf) is bytearray and self.held_bytes + len(buf) <= self._HOLD_MAX:
+            self.held.setdefault(len(buf), []).append(buf)
+            self.held_bytes += len(buf)
 
     def _on_data(self, peer: int, hdr, payload) -> None:
         """DATA: the next pushed chunk (in the frame, or in a slot of the sender's staging slab)."""
@@ -817,13 +851,16 @@ class Engine:
 
     # --- progress and waiting -------------------------------------------------------------
     def progress(self) -> int:
-        """One pass: flush backlogs, read frames, push chunks, check for failed peers."""
+        """One pass: flush backlogs, read frames, push chunks, check for failed peers; the
+        number of frames read and queued frames written (0: nothing moved)."""
         tr = self.tr
         n = tr.poll(self._on_frame)
         if self.pushing:
             self._push()
         if tr.nbacklog:
-            for x in tr.flush():
+            done = tr.flush()
+            n += len(done)
+            for x in done:
                 if x.state == P.START:  # a queued standard eager send is now in the ring
                     x.state = P.step(P.SEND, x.state, "eager")
                     self._finish(x)
@@ -867,10 +904,10 @@ class Engine:
         spins = 0
         while True:
             with lock:
-                self.progress()
+                moved = self.progress()
             if x.done:
                 return
-            spins += 1
+            spins = 1 if moved else spins + 1  # backing off (and sleeping) is for idle passes only
             fw = self.fwait
             if fw is not None and not (self.tr.nbacklog or self.pushing or self.ready):
                 fw(self.ftab, self.spin_first if spins == 1 else self.spin_next, self.epoch)
@@ -885,11 +922,11 @@ class Engine:
         spins = 0
         while True:
             with lock:
-                self.progress()
+                moved = self.progress()
             for x in xs:
                 if x.done:
                     return
-            spins += 1
+            spins = 1 if moved else spins + 1
             if spins > 50:
                 self.backoff(spins)
 
@@ -899,10 +936,10 @@ class Engine:
         spins = 0
         while True:
             with lock:
-                self.progress()
+                moved = self.progress()
                 if pred():
                     return
-            spins += 1
+            spins = 1 if moved else spins + 1
             if spins > 50:
                 self.backoff(spins)
 
