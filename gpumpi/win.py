@@ -676,6 +676,11 @@ class Win(Handle):
 
     def Accumulate(self, origin, target_rank: int, target=None, op: Op = SUM) -> None:
         """Accumulate data into the target process (MPI_Accumulate); element-wise atomic."""
+        st = self._st
+        if st is not None and type(target_rank) is int and (target is None or type(target) is int):
+            t = st.near.get(target_rank)
+            if t is not None and _acc_near(t, origin, target, op):  # the near path (see _spec)
+                return
         call = "Win.Accumulate"
         try:
             st, r, msg, ttype, plan, ga = self._prep(call, origin, target_rank, target, True)
@@ -1022,6 +1027,8 @@ _NONE2 = (None, None)
 _FOPS: dict = {}
 #: id(datatype) -> (compiled cas_ndarray, element size, dtype, align mask) or False
 _CASS: dict = {}
+#: (id(op), id(datatype)) -> (compiled acc_ndarray, op code, element size, dtype, align mask) or False
+_ACCS: dict = {}
 #: id(datatype) -> the NumPy dtype of a predefined type's elements, or False
 _NPS: dict = {}
 _RAW: list = []  # [(move, fence)]: gpumpi.kernels.atomics.raw(), once needed
@@ -1109,6 +1116,53 @@ def _fop_near(t, o, r, disp, op, T) -> bool:
     if not (base | unit) & e[4]:  # every displacement is aligned: the range is all there is to check
         _FOP_LAST = (op, T, t, e[0], e[1], e[3], base, unit, (size - e[2]) // unit)
     return True
+
+
+def _acc_entry(op, T):
+    """The near path's entry for Accumulate with ``op`` on elements of ``T``: ``(compiled
+    acc_ndarray, op code, element size, dtype, align mask)``, or False (``NO_OP``, which
+    Accumulate refuses, among them: the general path raises)."""
+    if not is_constant(op):
+        return False
+    dt = _NPS.get(id(T))
+    if dt is None:
+        dt = _np_near(T)
+    if dt is False and id(T) not in _NPS:
+        return False  # not a predefined constant: nothing cached under its id
+    e = False
+    A = _rma._atomics()
+    if (dt and dt.kind in "iuf" and isinstance(op, Op) and op._rec is None and op._name != "NO_OP"
+            and A.ndarray_layout() and A.supported(op._name, dt)):
+        try:
+            _rma.check_acc_types(T, T, op, "Win.Accumulate")  # MPI defines the op for the type
+        except MPIException:
+            pass
+        else:
+            fn, code, mask = A.acc_ndarray(op._name, dt)
+            e = (fn, code, dt.itemsize, dt, mask)
+    _ACCS[(id(op), id(T))] = e
+    return e
+
+
+def _acc_near(t, origin, target, op) -> bool:
+    """Accumulate on the near path (target ``t`` of ``Window.near``): the origin a contiguous
+    array of the type's elements (bare, or ``[array, T]``) inside the window at ``target``
+    (displacement units; None: 0), aligned; False (nothing done) where it does not apply."""
+    a, T = _spec(origin)
+    if type(a) is not _NDARRAY:
+        return False
+    e = _ACCS.get((id(op), id(T)))
+    if e is None:
+        e = _acc_entry(op, T)
+    if not e or a.dtype is not e[3]:
+        return False
+    n = a.size
+    base, unit, size = t
+    off = 0 if target is None else target * unit
+    nb = n * e[2]
+    if not 0 < nb or not 0 <= off <= size - nb or (base + off) & e[4]:
+        return False
+    return e[0](base + off, id(a), n, e[1]) == 0
 
 
 def _cas_entry(T):

@@ -424,3 +424,114 @@ def test_alternating_windows_targets_and_epochs(n):
         want[24:32].view(np.int64)[0] = 6  # disp 6 * 4
         want[40:48].view(np.int64)[0] = 1  # disp 10 * 4
         assert np.array_equal(b, want), b
+
+
+ACC_CASES = [(op, t) for t in INTS for op in OPS_I if op != "NO_OP"] + \
+            [(op, t) for t in FLOATS for op in OPS_F if op != "NO_OP"]
+
+
+def _accumulate_near(n_elems):
+    """Accumulate of ``n_elems``-element arrays by every rank into every rank's window (Lock_all),
+    each case in its own run of slots, three times: the target holds what NumPy computes; every
+    origin spec the near path takes was served by it; what it refuses (NO_OP, out of range,
+    misaligned, a strided origin) gets the general path's result or error."""
+    from gpumpi import MPI
+    from gpumpi import win as winmod
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    per = 8 * n_elems  # bytes per case: n_elems slots of 8 bytes
+    win = MPI.Win.Allocate(len(ACC_CASES) * per + 64, 8, MPI.INFO_NULL, c)
+    mem = np.frombuffer(win.tomemory(), np.uint8)
+    win.Lock(r)
+    for k, (op, t) in enumerate(ACC_CASES):
+        dt = np.dtype(t)
+        mem[k * per: k * per + n_elems * dt.itemsize].view(dt)[:] = [start(r, k + i, t) for i in range(n_elems)]
+    win.Unlock(r)
+    c.Barrier()
+    calls = {}
+    opname = {id(getattr(MPI, o)): o for o in OPS_I}
+    win.Lock_all()
+    for k, (op, t) in enumerate(ACC_CASES):  # first use makes the entries; count the compiled calls
+        winmod._ACCS.pop((id(getattr(MPI, op)), id(getattr(MPI, MPI_NAME[t]))), None)
+    for rep in range(3):
+        for k, (op, t) in enumerate(ACC_CASES):
+            dt = np.dtype(t)
+            T = getattr(MPI, MPI_NAME[t])
+            o = np.array([value(k + i + rep, dt) for i in range(n_elems)], dt)
+            origin = [o, T] if (t == "u1" or k % 2) else o  # a bare uint8 array is MPI.BYTE: no arithmetic
+            for tgt in range(n):
+                win.Accumulate(origin, tgt, k * per // 8, getattr(MPI, op))
+        for key, e in list(winmod._ACCS.items()):  # count the compiled calls from the next round on
+            if e and not isinstance(e[0], _Counting):
+                winmod._ACCS[key] = (_Counting(e[0], calls, (opname[key[0]], e[3].str[1:])),) + e[1:]
+        win.Flush_all()
+    errors = []
+    for f in (lambda: win.Accumulate(np.zeros(1), 0, 0, MPI.NO_OP),  # the general path's error
+              lambda: win.Accumulate(np.zeros(4), 0, len(ACC_CASES) * per // 8 + 6, MPI.SUM)):  # past the end
+        try:
+            f()
+            errors.append(None)
+        except Exception as e:  # noqa: BLE001
+            errors.append(type(e).__name__)
+    win.Unlock_all()
+    c.Barrier()
+    # misaligned (displacement unit 1, odd offset) and Fortran-order origins: the general path, right results
+    win2 = MPI.Win.Allocate(64, 1, MPI.INFO_NULL, c)
+    m2 = np.frombuffer(win2.tomemory(), np.uint8)
+    win2.Lock(r)
+    m2[:] = 0
+    win2.Unlock(r)
+    c.Barrier()
+    win2.Lock_all()
+    win2.Accumulate(np.array([1.5, 2.5]), 0, 3, MPI.SUM)
+    win2.Accumulate(np.asfortranarray(np.arange(4, dtype=np.int32).reshape(2, 2)), 0, 40, MPI.SUM)  # not C order
+    win2.Unlock_all()
+    c.Barrier()
+    odd = strided = None
+    if r == 0:
+        win2.Lock(0)
+        odd = np.frombuffer(m2[3:19].tobytes(), np.float64).tolist()
+        strided = np.frombuffer(m2[40:56].tobytes(), np.int32).tolist()
+        win2.Unlock(0)
+    c.Barrier()
+    win2.Free()
+    win.Lock(r)
+    bad = []
+    for k, (op, t) in enumerate(ACC_CASES):
+        dt = np.dtype(t)
+        got = mem[k * per: k * per + n_elems * dt.itemsize].view(dt)
+        for i in range(n_elems):
+            want = start(r, k + i, t)
+            for rep in range(3):
+                for _ in range(n):  # every rank adds the same value in a round: any order, one result
+                    want = ref(op, want, value(k + i + rep, dt), t)
+            if not (got[i] == want or (np.isnan(got[i]) and np.isnan(want))):
+                bad.append(f"{op} {t} case {k}[{i}]: {got[i]!r}, expected {want!r}")
+    win.Unlock(r)
+    c.Barrier()
+    win.Free()
+    return bad, sorted(calls.items()), errors, odd, strided
+
+
+class _Counting:
+    """A compiled near-path function that counts its calls (per case key) and forwards them."""
+
+    def __init__(self, fn, calls, key):
+        self.fn, self.calls, self.key = fn, calls, key
+
+    def __call__(self, *a):
+        self.calls[self.key] = self.calls.get(self.key, 0) + 1
+        return self.fn(*a)
+
+
+@pytest.mark.parametrize("n, n_elems", [(1, 1), (2, 3), (3, 1)])
+def test_accumulate_near_path_matches_numpy_and_the_general_path(n, n_elems):
+    for bad, calls, errors, odd, strided in run_ranks(_accumulate_near, n, args=(n_elems,)):
+        assert not bad, bad[:10]
+        # every case was served by the compiled call once warm (a bare array's datatype is known
+        # after its first call, which the general path serves): the last round, to every target
+        assert len(calls) == len(ACC_CASES) and all(v >= n for _, v in calls), calls
+        assert errors[0] is not None and errors[1] is not None, errors
+        if odd is not None:
+            assert odd == [1.5 * n, 2.5 * n] and strided == [0, 2 * n, 1 * n, 3 * n], (odd, strided)  # memory order

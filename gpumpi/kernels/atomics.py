@@ -109,7 +109,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["OPS", "supported", "accumulate", "fetch_and_op", "compare_and_swap", "fop_ndarray", "cas_ndarray",
-           "ndarray_layout", "load64", "store64", "cas64", "add64", "fence", "raw", "device_accumulate",
+           "acc_ndarray", "ndarray_layout", "load64", "store64", "cas64", "add64", "fence", "raw", "device_accumulate",
            "kernel_accumulate"]
 
 #: the operations, in the order of their codes in the compiled switch
@@ -437,6 +437,22 @@ def _cas_ndarray_of(like):
     return cas_ndarray
 
 
+def _acc_ndarray_of(like):
+    """The Accumulate of :func:`acc_ndarray` for elements of ``like``'s type (a closure, as
+    :func:`_fop_ndarray_of`; the element size is frozen with it)."""
+    w = like.itemsize
+
+    def acc_ndarray(addr, origin, n, op):
+        if _load(origin + _FLAGS_AT, _I32) & _ACC_WANT != _ACC_WANT:
+            return 1
+        o = _load(origin + _DATA_AT, _I64)
+        for i in range(n):
+            _update(addr + i * w, _load(o + i * w, like), op)
+        return 0
+
+    return acc_ndarray
+
+
 def _j_move(dst, src, n):
     _move(dst, src, n)
 
@@ -576,6 +592,7 @@ def _compiled(dispatcher):
 # points read lie from the object's address, and the flag bits they test (NPY_ARRAY_*)
 _DATA_AT, _ND_AT, _DIMS_AT, _FLAGS_AT = 16, 24, 32, 64
 _ALIGNED, _WRITEABLE = 0x100, 0x400
+_ACC_WANT = 0x1 | _ALIGNED  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
 _LAYOUT: list = []  # [whether this interpreter's ndarrays have that layout], once checked
 
 
@@ -678,6 +695,22 @@ def cas_ndarray(dtype) -> tuple:
     if dt is None or dt.kind not in "iu" or not _elem_ok(dt) or not ndarray_layout():
         raise ValueError(f"atomics.cas_ndarray: native integer types only, on CPython's ndarrays ({dtype!r})")
     return _ndarray_entry("cas", dt, _cas_ndarray_of), dt.itemsize - 1
+
+
+def acc_ndarray(op: str, dtype) -> tuple:
+    """``(fn, code, align_mask)``: ``fn(addr, id(origin), n, code)`` is MPI_Accumulate of the
+    ``n`` elements of a NumPy array into the ``n`` elements at ``addr``, each atomically, in
+    order, in one call into machine code: when the array is C-contiguous and aligned it applies
+    ``op`` and returns 0; otherwise it returns 1 and touches nothing.
+
+    The window's near path (``Win.Accumulate``) calls it; the caller guarantees what the machine
+    code cannot check: the object is an ndarray of exactly ``dtype`` with ``n`` elements, alive
+    during the call; ``addr`` is a multiple of ``align_mask + 1`` and ``n`` elements from it are
+    the caller's to update.  Integer and float types; ``ValueError`` where not :func:`supported`."""
+    dt = _check("atomics.acc_ndarray", op, dtype)
+    if dt.kind not in "iuf" or not ndarray_layout():
+        raise ValueError(f"atomics.acc_ndarray: integer and float types only, on CPython's ndarrays ({dtype!r})")
+    return _ndarray_entry("acc", dt, _acc_ndarray_of), _CODE[op], dt.itemsize - 1
 
 
 def compare_and_swap(addr: int, compare, value, dtype):
