@@ -461,7 +461,10 @@ class Engine:
         caller posts the receive through :meth:`irecv`, which sees every frame in order.
 
         With other threads running, frames are consumed only under the engine lock and the spin
-        runs outside it (:func:`gpumpi.ipc.fastring.wait`)."""
+        runs outside it (:func:`gpumpi.ipc.fastring.wait`).  A receive with room for more than
+        the eager limit only takes a message already there: it does not spin, because a
+        rendezvous message is served sooner by a receive posted before it comes (waiting here,
+        the general path's posting work would fall after its arrival)."""
         fr = self.frecv
         if fr is None:
             if not self._fast_tick():
@@ -477,9 +480,12 @@ class Engine:
         if _threads():
             return self._recv_fast_shared(fr, source, wpeer, tag, ctx, addr, cap, sig)
         out = self.fout  # the only thread: the engine's own result array
-        rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, self.spin_first, self.epoch, out)
+        big = cap > self.eager_limit
+        rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, 1 if big else self.spin_first, self.epoch, out)
         if rc == _GOT:
             return out
+        if big:  # room for a rendezvous message: post now, so the receive is matched as soon as it comes
+            return None
         spins = 0
         while rc == _EMPTY:  # nothing yet: back off between short spins (oversubscribed cores)
             spins += 1
@@ -505,7 +511,7 @@ class Engine:
                 rc = fr(tab, wpeer, ctx, source, tag, sig, addr, cap, 1, self.epoch, out)
             if rc == _GOT:
                 return out
-            if rc != _EMPTY:
+            if rc != _EMPTY or cap > self.eager_limit:  # (room for a rendezvous: post it now, see recv_fast)
                 return None
             self.fwait(tab, budget, self.epoch)  # GIL released, lock free: then look again under it
             spins += 1
