@@ -199,6 +199,7 @@ class Engine:
         except (AttributeError, OSError):
             cores = os.cpu_count() or 1
         self.spin_first, self.spin_next = _SPIN_OVERSUBSCRIBED if cfg.local_size > cores else _SPIN
+        self.crowded = cfg.local_size > cores  # more ranks on the node than cores for them
         self._handlers = {
             P.EAGER: self._on_envelope, P.RTS: self._on_envelope, P.DATA: self._on_data, P.WRT: self._on_wrt,
             P.WDONE: self._on_wdone, P.ACK: self._on_ack, P.CTS: self._on_cts, P.CANCEL: self._on_cancel,
@@ -917,8 +918,11 @@ class Engine:
             fw = self.fwait
             if fw is not None and not (self.tr.nbacklog or self.pushing or self.ready):
                 fw(self.ftab, self.spin_first if spins == 1 else self.spin_next, self.epoch)
-                if spins > 1:
-                    self.backoff(spins + 50)
+                if not self.crowded:
+                    if spins > 1:
+                        self.backoff(spins + 50)  # the first spin was long: back off from the next one
+                elif spins > 50:
+                    self.backoff(spins)  # short spins on shared cores: as many passes as the Python path
             elif spins > 50:
                 self.backoff(spins)
 
