@@ -1075,29 +1075,44 @@ def _np_near(T):
     return dt
 
 
-def _fop_entry(op, T):
-    """The near path's entry for Fetch_and_op with ``op`` on elements of ``T``: ``(compiled
-    fop_ndarray, op code, element size, dtype, align mask)``, or False."""
-    if not is_constant(op):
-        return False
+def _near_dtype(T):
+    """:func:`_np_near` through :data:`_NPS`: the dtype, False (a predefined constant without
+    one), or None (no predefined constant: nothing may be cached under its id)."""
     dt = _NPS.get(id(T))
     if dt is None:
         dt = _np_near(T)
-    if dt is False and id(T) not in _NPS:
+        if dt is False and id(T) not in _NPS:
+            return None
+    return dt
+
+
+def _op_entry(cache: dict, op, T, call: str, maker: str, no_op: bool):
+    """The near path's entry for an atomic ``op`` (``no_op``: NO_OP too) on elements of ``T``:
+    ``(compiled atomics.<maker>, op code, element size, dtype, align mask)``, or False;
+    remembered in ``cache`` under the two (immortal) objects' ids."""
+    if not is_constant(op):
+        return False
+    dt = _near_dtype(T)
+    if dt is None:
         return False  # not a predefined constant: nothing cached under its id
     e = False
     A = _rma._atomics()
-    if dt and dt.kind in "iuf" and isinstance(op, Op) and op._rec is None and A.ndarray_layout():
-        if A.supported(op._name, dt):
-            try:
-                _rma.check_acc_types(T, T, op, "Win.Fetch_and_op")  # MPI defines the op for the type
-            except MPIException:
-                pass
-            else:
-                fn, code, mask = A.fop_ndarray(op._name, dt)
-                e = (fn, code, dt.itemsize, dt, mask)
-    _FOPS[(id(op), id(T))] = e
+    if (dt and dt.kind in "iuf" and isinstance(op, Op) and op._rec is None and (no_op or op._name != "NO_OP")
+            and A.ndarray_layout() and A.supported(op._name, dt)):
+        try:
+            _rma.check_acc_types(T, T, op, call)  # MPI defines the op for the type
+        except MPIException:
+            pass
+        else:
+            fn, code, mask = getattr(A, maker)(op._name, dt)
+            e = (fn, code, dt.itemsize, dt, mask)
+    cache[(id(op), id(T))] = e
     return e
+
+
+def _fop_entry(op, T):
+    """The near path's entry for Fetch_and_op with ``op`` on elements of ``T`` (:func:`_op_entry`)."""
+    return _op_entry(_FOPS, op, T, "Win.Fetch_and_op", "fop_ndarray", True)
 
 
 def _fop_near(t, o, r, disp, op, T) -> bool:
@@ -1119,29 +1134,9 @@ def _fop_near(t, o, r, disp, op, T) -> bool:
 
 
 def _acc_entry(op, T):
-    """The near path's entry for Accumulate with ``op`` on elements of ``T``: ``(compiled
-    acc_ndarray, op code, element size, dtype, align mask)``, or False (``NO_OP``, which
-    Accumulate refuses, among them: the general path raises)."""
-    if not is_constant(op):
-        return False
-    dt = _NPS.get(id(T))
-    if dt is None:
-        dt = _np_near(T)
-    if dt is False and id(T) not in _NPS:
-        return False  # not a predefined constant: nothing cached under its id
-    e = False
-    A = _rma._atomics()
-    if (dt and dt.kind in "iuf" and isinstance(op, Op) and op._rec is None and op._name != "NO_OP"
-            and A.ndarray_layout() and A.supported(op._name, dt)):
-        try:
-            _rma.check_acc_types(T, T, op, "Win.Accumulate")  # MPI defines the op for the type
-        except MPIException:
-            pass
-        else:
-            fn, code, mask = A.acc_ndarray(op._name, dt)
-            e = (fn, code, dt.itemsize, dt, mask)
-    _ACCS[(id(op), id(T))] = e
-    return e
+    """The near path's entry for Accumulate with ``op`` on elements of ``T`` (:func:`_op_entry`;
+    not ``NO_OP``, which Accumulate refuses: the general path raises)."""
+    return _op_entry(_ACCS, op, T, "Win.Accumulate", "acc_ndarray", False)
 
 
 def _acc_near(t, origin, target, op) -> bool:
@@ -1168,10 +1163,8 @@ def _acc_near(t, origin, target, op) -> bool:
 def _cas_entry(T):
     """The near path's entry for Compare_and_swap on elements of ``T``: ``(compiled cas_ndarray,
     element size, dtype, align mask)``, or False."""
-    dt = _NPS.get(id(T))
+    dt = _near_dtype(T)
     if dt is None:
-        dt = _np_near(T)
-    if dt is False and id(T) not in _NPS:
         return False  # not a predefined constant: nothing cached under its id
     e = False
     A = _rma._atomics()

@@ -705,22 +705,32 @@ def _run_last(m: _Last, comm, call: str, ra, rwant: int, sa) -> bool:
     return True
 
 
+def _reduction_buffers(sendbuf, recvbuf):
+    """``(ra, raddr, sa, saddr, dt, inplace)`` of a reduction's receive and send buffers where
+    this path takes them (the send buffer IN_PLACE or None, or of the receive buffer's datatype
+    and size; ``sa`` None when in place), else None."""
+    r = _host(recvbuf, True)
+    if r is None:
+        return None
+    ra, dt, raddr = r
+    if sendbuf is None or sendbuf is IN_PLACE:
+        return ra, raddr, None, 0, dt, True
+    s = _host(sendbuf, False)
+    if s is None or s[1] is not dt or s[0].nbytes != ra.nbytes:
+        return None
+    return ra, raddr, s[0], s[2], dt, False
+
+
 def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     """MPI_Allreduce on intracommunicator ``comm``; False: not taken."""
     if comm is _LAST.comm and op is _LAST.op and _allreduce_last(comm, sendbuf, recvbuf):
         return True
     if type(op) is not Op and not isinstance(op, Op):
         return False
-    r = _host(recvbuf, True)
-    if r is None:
+    c = _reduction_buffers(sendbuf, recvbuf)
+    if c is None:
         return False
-    ra, dt, raddr = r
-    inplace = sendbuf is None or sendbuf is IN_PLACE
-    if not inplace:
-        s = _host(sendbuf, False)
-        if s is None or s[1] is not dt or s[0].nbytes != ra.nbytes:
-            return False
-        sa, _, saddr = s
+    ra, raddr, sa, saddr, dt, inplace = c
     n = ra.nbytes
     rank, size = comm._rank, comm._size
     # a plan exists only for a predefined operation's handle, which no other operation has
@@ -737,9 +747,7 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     ws = p.free.pop() if p.free else p.take()
     cb = ws.cb
     cb[RBUF] = raddr
-    if inplace:
-        sa = None
-    else:
+    if not inplace:
         cb[SBUF] = saddr
     if _go(p, comm, "Allreduce", ws, ra, sa) and _PEEK:  # compiled: remember the kinds of these arguments
         _LAST.keep(comm, p, n, _kind(recvbuf), None if inplace else _kind(sendbuf), op)
@@ -777,16 +785,10 @@ def reduce(comm, sendbuf, recvbuf, op, root) -> bool:
     ra = sa = None
     inplace = False
     if rank == root:
-        r = _host(recvbuf, True)
-        if r is None:
+        c = _reduction_buffers(sendbuf, recvbuf)
+        if c is None:
             return False
-        ra, dt, raddr = r
-        inplace = sendbuf is None or sendbuf is IN_PLACE
-        if not inplace:
-            h = _host(sendbuf, False)
-            if h is None or h[1] is not dt or h[0].nbytes != ra.nbytes:
-                return False
-            sa, _, saddr = h
+        ra, raddr, sa, saddr, dt, inplace = c
         n = ra.nbytes
     else:
         if sendbuf is None or sendbuf is IN_PLACE:
