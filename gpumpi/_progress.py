@@ -198,8 +198,8 @@ class Engine:
             cores = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             cores = os.cpu_count() or 1
-        self.spin_first, self.spin_next = _SPIN_OVERSUBSCRIBED if cfg.local_size > cores else _SPIN
         self.crowded = cfg.local_size > cores  # more ranks on the node than cores for them
+        self.spin_first, self.spin_next = _SPIN_OVERSUBSCRIBED if self.crowded else _SPIN
         self._handlers = {
             P.EAGER: self._on_envelope, P.RTS: self._on_envelope, P.DATA: self._on_data, P.WRT: self._on_wrt,
             P.WDONE: self._on_wdone, P.ACK: self._on_ack, P.CTS: self._on_cts, P.CANCEL: self._on_cancel,

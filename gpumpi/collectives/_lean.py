@@ -364,17 +364,11 @@ def _go(p: _Plan, comm, call: str, ws: _Set, ra=None, sa=None) -> bool:
     addresses are in ``ws.cb``: the compiled program as far as it goes, where nothing else is
     pending on the engine and no other thread runs, and :func:`_run` the rest; True when the
     compiled program ran (all of it or a part)."""
-    eng = _rt.ENGINE
-    fr = eng.frounds
     tag = None
     k = s0 = 0
-    if fr is not None and p.prog is not None and not _threads() and eng._fast_clear(comm._ctx + 1):
-        w = comm._w
-        if p.cw is not w or p.cring is not eng.fring:
-            _cmap(p, w, eng)
-        tag = comm._ctag()
-        i = fr(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, 0, 0, 0, 0, comm._rank, comm._ctx + 1, tag,
-               p.sig, p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
+    r = _start(p, comm, ws)
+    if r is not None:
+        tag, i = r
         if i < 0:
             p.free.append(ws)
             return True
@@ -382,6 +376,33 @@ def _go(p: _Plan, comm, call: str, ws: _Set, ra=None, sa=None) -> bool:
     _fill(p, ws, ra, sa)
     _run(p, comm, call, ws, tag, k, s0)
     return tag is not None
+
+
+def _start(p: _Plan, comm, ws: _Set, rarr: int = 0, rwant: int = 0, sarr: int = 0):
+    """Run plan ``p``'s compiled program on ``ws`` as far as it goes (``rarr``/``sarr``: the
+    object addresses of arrays whose data addresses it takes into ``ws.cb`` after checking their
+    flags, ``fastring.rounds``): ``(tag, i)``, ``i`` -1 when it did everything, else the first
+    step it did not do; None, nothing done, where the engine cannot run it now (not compiled, no
+    program, another thread, a receive or message pending on the context, queued frames or
+    other duties) or an array's flags refused (the tag is given back)."""
+    eng = _rt.ENGINE
+    fr = eng.frounds
+    if fr is None or p.prog is None or _threads():
+        return None
+    ctx = comm._ctx + 1
+    q = eng.matcher._ctx.get(ctx)  # Engine._fast_clear, inline (a hot path)
+    if (q is not None and (q.posted or q.unexpected)) or eng.tr.nbacklog or eng.pushing or eng.ready or eng.failed:
+        return None
+    w = comm._w
+    if p.cw is not w or p.cring is not eng.fring:
+        _cmap(p, w, eng)
+    tag = comm._ctag()
+    i = fr(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, rarr, rwant, sarr, _C_CONTIG, comm._rank, ctx,
+           tag, p.sig, p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
+    if i == -2:
+        comm._ctag_back()
+        return None
+    return tag, i
 
 
 def _fill(p: _Plan, ws: _Set, ra, sa) -> None:
@@ -674,25 +695,17 @@ def _allreduce_last(comm, sendbuf, recvbuf) -> bool:
 def _run_last(m: _Last, comm, call: str, ra, rwant: int, sa) -> bool:
     """Run the plan of ``m`` on arrays ``ra`` (whose flags must have the bits ``rwant``) and
     ``sa`` (C-contiguous; None: not used) as one compiled call, and on :func:`_run` from where
-    that stops; False where the engine cannot run it now (no set, another communicator's
-    world map, another thread, something pending) or a flag is missing: nothing done."""
-    eng = _rt.ENGINE
+    that stops; False where it cannot run now (no set of temporaries, or :func:`_start`
+    declined: nothing done)."""
     ws = m.ws
+    if ws is None:
+        return False
     p = m.p
-    ctx = comm._ctx + 1
-    if ws is None or p.cw is not comm._w or p.cring is not eng.fring or _threads():
-        return False
-    q = eng.matcher._ctx.get(ctx)  # Engine._fast_clear, inline
-    if (q is not None and (q.posted or q.unexpected)) or eng.tr.nbacklog or eng.pushing or eng.ready or eng.failed:
-        return False
     comm._check(call)
-    tag = comm._ctag()
-    i = eng.frounds(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, 0 if ra is None else id(ra), rwant,
-                    0 if sa is None else id(sa), _C_CONTIG, comm._rank, ctx, tag, p.sig, p.rtype, p.rop,
-                    eng.spin_first, eng.epoch, eng.fout_a)
-    if i == -2:  # a flag missing: the general route raises what it must (the tag is given back)
-        comm._ctag_back()
+    r = _start(p, comm, ws, 0 if ra is None else id(ra), rwant, 0 if sa is None else id(sa))
+    if r is None:  # (a flag missing among the reasons: the general route raises what it must)
         return False
+    tag, i = r
     if i >= 0:  # the rest on the general rounds (which a nested call may enter: it finds no set here)
         m.ws = None
         k, s0 = p.resume[i]
