@@ -67,6 +67,42 @@ def test_compiled_send_python_recv_across_wraps(k):
     assert ring.r.head == ring.w.tail > 500 * 32
 
 
+def test_streamed_payloads_arrive_whole_at_every_alignment(k):
+    """Payloads of STREAM_MIN bytes and more are written with streaming stores in three parts
+    (up to a 64-byte boundary of the ring, whole lines, the rest): every byte arrives, at every
+    alignment of source and ring position, and nothing past the frame is touched."""
+    send = k[0]
+    size = 1 << 18
+    ring = Ring(size)
+    rng = np.random.default_rng(7)
+    pool = rng.integers(0, 256, 70000, dtype=np.uint8)
+    sizes = [F.STREAM_MIN - 1, F.STREAM_MIN, F.STREAM_MIN + 1, F.STREAM_MIN + 63, F.STREAM_MIN + 64, 10007,
+             65535, 65536]
+    i = 0
+    for n in sizes:
+        for skew in (0, 1, 7, 8, 31, 63):
+            data = pool[skew:skew + n]
+            # frames start 8-byte aligned: a filler frame moves the next one through the offsets mod 64
+            filler = (i * 8) % 64
+            assert send(ring.base, size, 1, 2, 3, 0, pool.ctypes.data, filler) == 1
+            before = np.frombuffer(ring.w.data, np.uint8).copy()
+            tail = ring.w.tail
+            assert send(ring.base, size, 5, 77, i, 9, data.ctypes.data, n) == 1
+            changed = np.flatnonzero(np.frombuffer(ring.w.data, np.uint8) != before)
+            off = tail % size
+            if off + 32 + n > size:  # a frame that would wrap starts at 0, after a pad marker at ``off``
+                changed = changed[(changed < off) | (changed >= off + 4)]
+                off = 0
+            assert changed.size and changed.min() >= off and changed.max() < off + 32 + n, (n, skew, filler)
+            assert ring.py_recv()[1] == pool[:filler].tobytes()
+            hdr, payload = ring.py_recv()
+            assert hdr[1:6] == (P.EAGER, 0, 5, 77, i) and hdr[6] == n | (9 << P.SIG_SHIFT)
+            assert payload == data.tobytes(), (n, skew, filler)
+            assert ring.py_recv() is None
+            i += 1
+    assert ring.r.head == ring.w.tail > size  # wrapped at least once
+
+
 def test_python_send_compiled_recv_across_wraps(k):
     recv = k[1]
     ring = Ring()
