@@ -75,27 +75,19 @@ _K = None
 # the intrinsics and the compiled peek, once _build() ran: the functions below name them as
 # globals, which numba resolves when it compiles them (so the disk cache can serve them)
 _ld64a = _ld64 = _ld32 = _ld16 = _ld8 = _ldi32 = _st64r = _st64 = _st32 = _st16 = _st8 = None
-_memcpy = _pause = _streamcopy = _cycles = _copy_in = _peek = _send1 = _recv1 = _reduce = _carray = None
+_memcpy = _pause = _streamcopy = _peek = _send1 = _recv1 = _reduce = _carray = None
 _pf8 = _pf4 = _pi8 = _pi4 = _pu8 = _pu4 = None
 _red = _redb = None
 
-#: eager payloads of at least this many bytes may be written into the ring with non-temporal
+#: eager payloads of at least this many bytes are written into the ring with non-temporal
 #: (streaming) stores.  With cached stores every line of a frame is first fetched for ownership
 #: from the reading core (which read the same ring bytes one lap ago) and then fetched back by it
 #: dirty: on the 2-core AMD EPYC VM (KVM) that costs 20-33 us per 64 KiB frame whenever the two
 #: vCPUs sit apart on the host, 3-4x MPICH's single-copy (CMA) path; streamed, the frame goes
-#: to memory once and the reader takes it from there: 8 us, whatever the placement, where cached
-#: stores take 6 us when the vCPUs sit close.  The writer times both kinds (the slow case is
-#: slow on its side: the fetches for ownership) and uses the cheaper.  In-job A/B, one-way
-#: latency at 2 ranks, vCPUs apart: 4/8/16/32/64 KiB cached 3.1/4.2/7.4/11.8/20.0 us,
-#: streamed 2.6/3.1/3.7/5.2/8.0 us.
+#: to memory once and the reader takes it from there: 8 us, whatever the placement (6 us with
+#: cached stores when the vCPUs sit close).  In-job A/B, one-way latency at 2 ranks:
+#: 4/8/16/32/64 KiB cached 3.1/4.2/7.4/11.8/20.0 us, streamed 2.6/3.1/3.7/5.2/8.0 us.
 STREAM_MIN = 4096
-#: one such payload in this many is copied the other way, so that the writer notices when the
-#: other way became the cheaper (the vCPUs moved); the costs (cycles per KiB, a moving average) and
-#: the count live in the writer's line of the ring's control block, so each ring (each pair of
-#: cores) has its own, shared by every process that writes it with this module
-PROBE_EVERY = 64
-_COUNT, _COST_STREAM, _COST_CACHED = 80, 88, 96
 #: step kinds of :func:`rounds` programs (rows of ``STEP`` int64: the kind, then its operands)
 SEND, RECV, COPY, RED = 0, 1, 2, 3
 STEP = 8
@@ -123,7 +115,7 @@ def kernels():
 
 def _intrinsics():
     global _ld64a, _ld64, _ld32, _ld16, _ld8, _ldi32, _st64r, _st64, _st32, _st16, _st8, _memcpy, _pause, \
-        _streamcopy, _cycles
+        _streamcopy
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
@@ -235,17 +227,6 @@ def _intrinsics():
 
         return types.none(types.intp, types.intp, types.intp), codegen
 
-    @intrinsic
-    def cycles(typingctx):
-        """The CPU's cycle counter (``llvm.readcyclecounter``: rdtsc on x86; 0 where there is none)."""
-
-        def codegen(context, builder, sig, args):
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(64), []),
-                                                "llvm.readcyclecounter")
-            return builder.call(fn, [])
-
-        return types.int64(), codegen
-
     def pointer(ty):
         @intrinsic
         def ptr(typingctx, addr):
@@ -271,7 +252,7 @@ def _intrinsics():
                                   loader(types.int32, None))
     _st64r, _st64 = storer(types.int64, "release"), storer(types.int64, None)
     _st32, _st16, _st8 = storer(types.uint32, None), storer(types.uint16, None), storer(types.uint8, None)
-    _memcpy, _pause, _streamcopy, _cycles = memcpy, pause, streamcopy, cycles
+    _memcpy, _pause, _streamcopy = memcpy, pause, streamcopy
 
 
 def _jit(pyfunc, sig):
@@ -285,7 +266,7 @@ def _jit(pyfunc, sig):
 
 
 def _build():
-    global _peek, _send1, _recv1, _red, _redb, _reduce, _copy_in
+    global _peek, _send1, _recv1, _red, _redb, _reduce
     # numba's first compilation loads its extensions, numba-cuda among them, which fixes
     # numba.cuda's mode for the process: let it be the simulator where it could only be that
     # (what gpumpi's device kernels would ask first), so sim device memory keeps its kernels
@@ -294,7 +275,6 @@ def _build():
     use_simulator()
     _intrinsics()
     _peek = _jit(_j_peek, "int64(int64, int64)")
-    _copy_in = _jit(_j_copy_in, "none(int64, int64, int64, int64)")
     send = _send1 = _jit(_j_send, "int64(int64, int64, int64, int64, int64, int64, int64, int64)")
     _recv1 = _jit(_j_recv1, "int64(int64[::1], int64, int64, int64, int64, int64, int64, int64, int64, int64, int64, "
                             "int64[::1])")
@@ -353,40 +333,18 @@ def _j_send(ctl, size, src, ctx, tag, sig, paddr, plen):
     _st64(p + 16, plen | (sig << _SIG_SHIFT))
     _st64(p + 24, 0)
     if plen >= STREAM_MIN:
-        _copy_in(ctl, p + _HLEN, paddr, plen)
-    elif plen:
-        _memcpy(p + _HLEN, paddr, plen)
-    _st64r(ctl + _TAIL, tail + need)
-    return 1
-
-
-def _j_copy_in(ctl, d, paddr, plen):
-    """Copy a payload of STREAM_MIN bytes or more into the ring at ``ctl``: with streaming or with
-    cached stores, whichever has cost this writer fewer cycles per KiB lately (see STREAM_MIN)."""
-    count = _ld64(ctl + _COUNT) + 1
-    _st64(ctl + _COUNT, count)
-    cs = _ld64(ctl + _COST_STREAM)
-    cc = _ld64(ctl + _COST_CACHED)
-    stream = cs <= cc
-    if (count & (PROBE_EVERY - 1)) == 0:
-        stream = not stream  # now and then the other kind, to notice when it became the cheaper
-    t0 = _cycles()
-    if stream:
+        # streamed past the caches: the reader is another core, and cached stores would make
+        # each line's ownership travel there and back (see STREAM_MIN)
+        d = p + _HLEN
         h = (64 - (d & 63)) & 63
         m = (plen - h) & ~63
         _memcpy(d, paddr, h)
         _streamcopy(d + h, paddr + h, m)
         _memcpy(d + h + m, paddr + h + m, plen - h - m)
-    else:
-        _memcpy(d, paddr, plen)
-    cost = (_cycles() - t0) * 1024 // plen
-    w = _COST_STREAM if stream else _COST_CACHED
-    old = cs if stream else cc
-    if old > 0:
-        if cost > 8 * old:  # a preemption or an interrupt in between says nothing of the copy
-            cost = 8 * old
-        cost = (3 * old + cost) >> 2
-    _st64(ctl + w, cost if cost > 0 else 1)
+    elif plen:
+        _memcpy(p + _HLEN, paddr, plen)
+    _st64r(ctl + _TAIL, tail + need)
+    return 1
 
 
 def _j_peek(ctl, size):

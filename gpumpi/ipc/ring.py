@@ -9,8 +9,7 @@ is written only by the producer.  Positions are byte counters that only grow; th
 data offset is ``pos % size``.
 
 Word 9 (in the producer's line) is the producer's cached copy of ``head``, so it reads the
-consumer's line only when the ring looks full; words 10-12 are the compiled writer's record of
-what copying large payloads costs it (:data:`gpumpi.ipc.fastring.STREAM_MIN`).  Both ends keep no state outside the
+consumer's line only when the ring looks full.  Both ends keep no state outside the
 control block: the compiled fast path (:mod:`gpumpi.ipc.fastring`) works on the same rings.
 
 A frame is a little-endian ``u32`` length (header + payload) followed by its bytes;

@@ -67,17 +67,11 @@ def test_compiled_send_python_recv_across_wraps(k):
     assert ring.r.head == ring.w.tail > 500 * 32
 
 
-_COSTS = (F._COUNT // 8, F._COST_STREAM // 8, F._COST_CACHED // 8)  # words of the control block
-
-
-@pytest.mark.parametrize("stream", [True, False])
-def test_large_payloads_arrive_whole_at_every_alignment(k, stream):
+def test_streamed_payloads_arrive_whole_at_every_alignment(k):
     """Payloads of STREAM_MIN bytes and more are written with streaming stores in three parts
-    (up to a 64-byte boundary of the ring, whole lines, the rest) or with cached stores,
-    whichever the ring's record of costs says: every byte arrives, at every alignment of source
-    and ring position, and nothing outside the frame is touched."""
+    (up to a 64-byte boundary of the ring, whole lines, the rest): every byte arrives, at every
+    alignment of source and ring position, and nothing past the frame is touched."""
     send = k[0]
-    cnt, cs, cc = _COSTS
     size = 1 << 18
     ring = Ring(size)
     rng = np.random.default_rng(7)
@@ -93,13 +87,7 @@ def test_large_payloads_arrive_whole_at_every_alignment(k, stream):
             assert send(ring.base, size, 1, 2, 3, 0, pool.ctypes.data, filler) == 1
             before = np.frombuffer(ring.w.data, np.uint8).copy()
             tail = ring.w.tail
-            ctl = ring.w.ctl
-            costs = (1, 10**12) if stream else (10**12, 1)
-            ctl[cnt], ctl[cs], ctl[cc] = 1, *costs
             assert send(ring.base, size, 5, 77, i, 9, data.ctypes.data, n) == 1
-            if n >= F.STREAM_MIN:  # the kind chosen is the one whose cost was updated
-                changed = (ctl[cs] != costs[0], ctl[cc] != costs[1])
-                assert changed == ((True, False) if stream else (False, True)) and ctl[cnt] == 2
             changed = np.flatnonzero(np.frombuffer(ring.w.data, np.uint8) != before)
             off = tail % size
             if off + 32 + n > size:  # a frame that would wrap starts at 0, after a pad marker at ``off``
@@ -113,31 +101,6 @@ def test_large_payloads_arrive_whole_at_every_alignment(k, stream):
             assert ring.py_recv() is None
             i += 1
     assert ring.r.head == ring.w.tail > size  # wrapped at least once
-
-
-def test_large_payloads_take_the_cheaper_copy_and_probe_the_other(k):
-    """The writer copies large payloads the way its record says costs fewer cycles, and one in
-    PROBE_EVERY the other way (recording what that cost); small payloads leave the record alone."""
-    send = k[0]
-    cnt, cs, cc = _COSTS
-    ring = Ring(1 << 16)
-    data = np.arange(F.STREAM_MIN, dtype=np.uint8)
-    for cheap, dear in ((cs, cc), (cc, cs)):
-        ctl = ring.w.ctl
-        ctl[cnt], ctl[cheap], ctl[dear] = 0, 1, 10**12
-        for i in range(1, 2 * F.PROBE_EVERY + 1):
-            assert send(ring.base, ring.size, 0, 0, 0, 0, data.ctypes.data, data.size) == 1
-            assert ring.py_recv()[1] == data.tobytes()
-            assert ctl[cnt] == i
-            if i % F.PROBE_EVERY:
-                assert ctl[dear] == 10**12, i  # only the cheap kind ran (and was recorded)
-            else:
-                assert 0 < ctl[dear] < 10**12, i  # the probe: the other kind, recorded
-                ctl[dear] = 10**12
-        before = (ctl[cnt], ctl[cs], ctl[cc])
-        assert send(ring.base, ring.size, 0, 0, 0, 0, data.ctypes.data, F.STREAM_MIN - 1) == 1
-        assert (ctl[cnt], ctl[cs], ctl[cc]) == before
-        ring.py_recv()
 
 
 def test_python_send_compiled_recv_across_wraps(k):
