@@ -1,10 +1,10 @@
 """Tests for gpumpi.ipc.ring (single-producer/single-consumer byte ring).
 
 Reference model, from the module docstring: positions are ever-growing byte
-counters, a frame of n bytes occupies align8(n) bytes starting at ``pos % size``;
-a frame never wraps: when ``off + align8(n) > size`` the producer pads to the end
+counters, a frame of n bytes occupies align64(n) bytes starting at ``pos % size``;
+a frame never wraps: when ``off + align64(n) > size`` the producer pads to the end
 of the data area and the frame starts at offset 0.  A frame fits iff the bytes in
-use plus the pad plus align8(n) do not exceed ``size``.
+use plus the pad plus align64(n) do not exceed ``size``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from gpumpi.ipc.ring import CTRL, PAD, RingReader, RingWriter
 U32 = struct.Struct("<I")
 
 
-def align8(n):
-    return -(-n // 8) * 8
+def align64(n):
+    return -(-n // 64) * 64
 
 
 def make_ring(size, start=0):
@@ -76,9 +76,9 @@ def test_single_frame_round_trip():
     _, block, w, r = make_ring(256)
     assert try_write(w, b"hello") == 0
     ctl = block[:CTRL].cast("Q")
-    assert ctl[8] == 16 and ctl[0] == 0  # tail published, 9 bytes -> 16 aligned
+    assert ctl[8] == 64 and ctl[0] == 0  # tail published, 9 bytes -> one 64-byte line
     assert try_read(r) == b"hello"
-    assert ctl[0] == 16
+    assert ctl[0] == 64
     assert r.peek() == -1
     assert w.free_bytes() == 256
     del ctl
@@ -107,46 +107,46 @@ def test_full_ring_then_release():
 
 
 def test_wrap_with_pad_marker():
-    _, _, w, r = make_ring(256)
+    _, _, w, r = make_ring(448)
     for i in range(3):
-        assert try_write(w, payload(68, i)) == 72 * i  # 72-byte frames at 0, 72, 144
-    # the 4th needs 72 bytes at 216: does not fit before the end; pad (40) + 72 > free (40)
+        assert try_write(w, payload(68, i)) == 128 * i  # 72-byte frames in 128 bytes at 0, 128, 256
+    # the 4th needs 128 bytes at 384: does not fit before the end; pad (64) + 128 > free (64)
     assert w.reserve(72) == -1
     assert try_read(r) == payload(68, 0)
-    # now free = 112 = pad 40 + 72: fits at offset 0, with a pad marker at 216
+    # now free = 192 = pad 64 + 128: fits at offset 0, with a pad marker at 384
     off = try_write(w, payload(68, 3))
     assert off == 0
-    assert U32.unpack_from(w.data, 216)[0] == PAD
+    assert U32.unpack_from(w.data, 384)[0] == PAD
     assert w.free_bytes() == 0
     assert [try_read(r) for _ in range(3)] == [payload(68, i) for i in (1, 2, 3)]
     assert try_read(r) is None
-    assert r.head == w.tail == 256 + 72
+    assert r.head == w.tail == 448 + 128
 
 
 def test_pad_published_before_commit_is_skipped_by_reader():
-    _, _, w, r = make_ring(128)
-    assert try_write(w, payload(52, 0)) == 0  # 56 bytes
+    _, _, w, r = make_ring(192)
+    assert try_write(w, payload(52, 0)) == 0  # 56 bytes: one line
     assert try_read(r) == payload(52, 0)
-    assert try_write(w, payload(36, 1)) == 56  # 40 bytes at 56 -> tail 96
+    assert try_write(w, payload(36, 1)) == 64  # 40 bytes at 64 -> tail 128
     assert try_read(r) == payload(36, 1)
-    # a 40-byte frame at 96 would cross the end: reserve pads and returns 0
-    off = w.reserve(40)
+    # a 100-byte frame (two lines) at 128 would cross the end: reserve pads and returns 0
+    off = w.reserve(100)
     assert off == 0
     # the reader sees only the pad: it skips it and reports empty
     assert r.peek() == -1
-    assert r.head == 128
-    U32.pack_into(w.data, 0, 40)
-    w.data[4:40] = payload(36, 2)
-    w.commit(40)
-    assert try_read(r) == payload(36, 2)
+    assert r.head == 192
+    U32.pack_into(w.data, 0, 100)
+    w.data[4:100] = payload(96, 2)
+    w.commit(100)
+    assert try_read(r) == payload(96, 2)
 
 
 @pytest.mark.parametrize("size", [64, 128, 1000, 1024, 4096])
 def test_max_frame_fits_empty_ring_at_any_position(size):
-    for start in range(0, 2 * size, 8):
+    for start in range(0, 2 * size, 64):  # (positions grow by whole lines, or to a lap's end)
         _, _, w, r = make_ring(size, start)
         n = w.max_frame()
-        assert n == size // 2
+        assert n % 64 == 0 and size // 2 - 64 < n <= max(64, size // 2)
         body = payload(n - 4, start)
         off = try_write(w, body)
         assert off >= 0, (size, start)
@@ -191,7 +191,7 @@ def test_random_interleaving_matches_model(size, start_blocks, ops):
             if op[0] == "w":
                 n = 4 + op[1] % (max_frame - 3)  # 4 .. size//2
                 body = payload(n - 4, op[2])
-                need = align8(n)
+                need = align64(n)
                 off = m_tail % size
                 pad = size - off if off + need > size else 0
                 fits = (m_tail - m_head) + pad + need <= size
@@ -215,7 +215,7 @@ def test_random_interleaving_matches_model(size, start_blocks, ops):
                     continue
                 pos, body = fifo.popleft()
                 assert got == body
-                m_head = pos + align8(4 + len(body))
+                m_head = pos + align64(4 + len(body))
                 assert r.head == ctl[0] == m_head
         # drain: everything written comes out in order, nothing more
         while fifo:

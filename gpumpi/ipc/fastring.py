@@ -64,6 +64,7 @@ _TAIL = 64  # byte offset of the producer's position
 _HCACHE = 72  # byte offset of the producer's cached consumer position
 _PAD = 0xFFFFFFFF
 _HLEN = 32
+_ALIGN = 64  # frame alignment (gpumpi.ipc.ring.ALIGN)
 _EAGER = 1  # gpumpi._protocol.EAGER
 _SIG_SHIFT = 48
 _ANY_SOURCE = -2
@@ -302,7 +303,7 @@ def _j_send(ctl, size, src, ctx, tag, sig, paddr, plen):
     """Write an EAGER frame of ``plen`` bytes from ``paddr`` into the ring at ``ctl``; 1, or 0
     when it does not fit now (nothing written)."""
     n = _HLEN + plen
-    need = (n + 7) & ~7
+    need = (n + _ALIGN - 1) & -_ALIGN
     tail = _ld64(ctl + _TAIL)
     hc = _ld64(ctl + _HCACHE)
     off = tail % size
@@ -410,7 +411,7 @@ def _j_recv1(tab, want, ctx, src, tag, sig, dst, cap, strict, budget, epoch, out
                 return OTHER
             if nb:
                 _memcpy(dst, p + _HLEN, nb)
-            _st64r(ctl, _ld64(ctl) + ((n + 7) & ~7))
+            _st64r(ctl, _ld64(ctl) + ((n + _ALIGN - 1) & -_ALIGN))
             out[0] = hsrc
             out[1] = htag
             out[2] = nb

@@ -29,7 +29,7 @@ from collections import deque
 
 from .._protocol import HEADER, HLEN
 from .base import HOST, Frames, Region, address_of, register
-from .ring import CTRL, RingReader, RingWriter
+from .ring import CTRL, RingReader, RingWriter, max_frame
 
 _pack_into = HEADER.pack_into
 _unpack_from = HEADER.unpack_from
@@ -62,7 +62,7 @@ class ShmTransport(Frames):
             self.inc = [RingReader(seg.ring_view(p, rank), ring_size) for p in range(size)]
         self.backlog: list = [None] * size
         self.nbacklog = 0
-        self.max_payload = ring_size // 2 - HLEN
+        self.max_payload = max_frame(ring_size) - HLEN
         # poll own ring last: replies from peers first keeps rendezvous moving
         self.peers_in = [p for p in range(size) if p != rank] + [rank]
 

@@ -40,7 +40,7 @@ from gpumpi.ipc.shm import ShmTransport
 
 pytestmark = pytest.mark.timeout(60)
 
-RING = 4096  # bytes of each ring's data area: a few dozen frames fill it
+RING = 8192  # bytes of each ring's data area: a hundred small frames fill it
 
 
 # --- the transports under test ---------------------------------------------------------------
@@ -115,8 +115,8 @@ def trio(request):
 # --- frames and helpers ------------------------------------------------------------------------
 
 
-def align8(n: int) -> int:
-    return -(-n // 8) * 8
+def align64(n: int) -> int:
+    return -(-n // 64) * 64
 
 
 def frame(i: int, size: int) -> tuple:
@@ -195,7 +195,7 @@ def check_order_across_backlog_and_wrap(lk: Link):
     assert mp > 0
     sizes = [0, 1, 7, 8, 9, 100, 333, mp, 1000, 2, mp - 1, 64, 0, 501]
     sent = [frame(i, sizes[i % len(sizes)] % (mp + 1)) for i in range(160)]
-    assert sum(align8(HLEN + len(f[7])) for f in sent) > 10 * RING  # wraps many times
+    assert sum(align64(HLEN + len(f[7])) for f in sent) > 10 * RING  # wraps many times
     # a burst with no reader: the ring fills and the rest waits behind it
     wrote = [send(lk, f) for f in sent[:60]]
     assert wrote[0] and not wrote[-1], wrote
