@@ -189,8 +189,10 @@ def _started() -> _State:
 
 def _group(p, call: str) -> _Group:
     st = _started()
-    if p is None or p == WORLD_PROC_GROUP and WORLD_PROC_GROUP not in st.groups:
+    if p is None:
         p = WORLD_PROC_GROUP
+    if p == MIRROR and MIRROR not in st.groups:
+        pgroup_get_mirror()
     try:
         return st.groups[int(p)]
     except (KeyError, TypeError, ValueError):
@@ -217,6 +219,228 @@ def nodeid() -> int:
 def nnodes() -> int:
     """Size of the default group (GA_Nnodes)."""
     return _default().size
+
+
+# --- processor groups ---------------------------------------------------------------------------
+def _new_group(comm, ranks) -> int:
+    st = _started()
+    h = st.next_group
+    st.next_group += 1
+    st.groups[h] = _Group(h, comm, ranks)
+    return h
+
+
+def pgroup_create(list) -> int:
+    """A processor group of the given world ranks (GA_Pgroup_create).  Collective over its
+    members (other processes may call it too and get a handle of a group they are not in)."""
+    ranks = _ints(list, None, "pgroup_create", "list")
+    world = _group(WORLD_PROC_GROUP, "pgroup_create")
+    if not ranks or len(set(ranks)) != len(ranks) or min(ranks) < 0 or max(ranks) >= world.size:
+        raise ValueError(f"pgroup_create: ranks must be distinct world ranks ({list(ranks)}, world size {world.size})")
+    comm = None
+    if world.me in ranks:
+        grp = world.comm.Get_group().Incl(ranks)
+        comm = world.comm.Create_group(grp, tag=_tag(ranks))
+        grp.Free()
+    return _new_group(comm, ranks)
+
+
+def _tag(ranks) -> int:
+    h = 0
+    for r in ranks:
+        h = (h * 1000003 + r + 1) & 0x3FFFFFFF
+    return h
+
+
+def pgroup_destroy(pgroup) -> bool:
+    """Free a processor group (GA_Pgroup_destroy); the world and default groups stay."""
+    st = _started()
+    p = int(pgroup)
+    if p == WORLD_PROC_GROUP or p == st.default or p not in st.groups:
+        return False
+    if any(a.group is not None and a.group.handle == p for a in st.arrays.values()):
+        raise GAError(f"pgroup_destroy: arrays still live on processor group {p}")
+    g = st.groups.pop(p)
+    if g.comm is not None:
+        g.comm.Free()
+    return True
+
+
+def pgroup_get_default() -> int:
+    """GA_Pgroup_get_default."""
+    return _started().default
+
+
+def pgroup_get_world() -> int:
+    """GA_Pgroup_get_world."""
+    _started()
+    return WORLD_PROC_GROUP
+
+
+def pgroup_get_mirror() -> int:
+    """The mirror group (GA_Pgroup_get_mirror): an array created on it is mirrored -- one copy
+    per node, distributed among that node's processes; one-sided operations reach the caller's
+    node's copy only, and :func:`merge_mirrored` sums the copies."""
+    st = _started()
+    if MIRROR not in st.groups:
+        MPI = _mpi()
+        world = _group(WORLD_PROC_GROUP, "pgroup_get_mirror")
+        node = world.comm.Split_type(MPI.COMM_TYPE_SHARED, world.me)
+        ranks = node.allgather(world.me)
+        st.groups[MIRROR] = _Group(MIRROR, node, ranks)
+    return MIRROR
+
+
+MIRROR = 0  # (a handle pgroup_create never returns: they start at 1)
+
+
+def pgroup_set_default(pgroup: int = -1) -> None:
+    """Make ``pgroup`` the default group (GA_Pgroup_set_default; -1: the world).  Every member
+    must call it."""
+    st = _started()
+    p = WORLD_PROC_GROUP if pgroup is None or int(pgroup) < 0 else int(pgroup)
+    g = _group(p, "pgroup_set_default")
+    _member(g, "pgroup_set_default")
+    st.default = p
+
+
+def pgroup_nnodes(pgroup: int = -1) -> int:
+    """Size of a group (GA_Pgroup_nnodes; -1: the default group)."""
+    return _pg(pgroup, "pgroup_nnodes").size
+
+
+def pgroup_nodeid(pgroup: int = -1) -> int:
+    """This process's rank in a group, -1 if not a member (GA_Pgroup_nodeid)."""
+    return _pg(pgroup, "pgroup_nodeid").me
+
+
+def pgroup_sync(pgroup: int = -1) -> None:
+    """Complete this process's GA operations and barrier the group (GA_Pgroup_sync)."""
+    st = _started()
+    g = _pg(pgroup, "pgroup_sync")
+    for a in st.arrays.values():
+        if a.allocated and a.group.comm is not None:
+            a.win.Flush_all()
+    _member(g, "pgroup_sync").Barrier()
+
+
+def pgroup_absolute_id(pgroup, pid) -> int:
+    """The world rank of member ``pid`` of a group (GA_Pgroup_absolute_id)."""
+    g = _pg(pgroup, "pgroup_absolute_id")
+    pid = int(pid)
+    if not 0 <= pid < g.size:
+        raise ValueError(f"pgroup_absolute_id: member {pid} out of range (group size {g.size})")
+    return g.ranks[pid]
+
+
+def pgroup_split(pgroup, num_group) -> int:
+    """Split a group into ``num_group`` groups of consecutive members (GA_Pgroup_split);
+    returns this process's new group. Collective over ``pgroup``."""
+    g = _pg(pgroup, "pgroup_split")
+    k = int(num_group)
+    if not 1 <= k <= g.size:
+        raise ValueError(f"pgroup_split: number of groups must be 1..{g.size} ({k})")
+    per = -(-g.size // k)
+    return pgroup_split_irreg(pgroup, g.me // per)
+
+
+def pgroup_split_irreg(pgroup, color) -> int:
+    """Split a group by ``color`` (GA_Pgroup_split_irreg); returns this process's new group.
+    Collective over ``pgroup``."""
+    g = _pg(pgroup, "pgroup_split_irreg")
+    comm = _member(g, "pgroup_split_irreg")
+    color = int(color)
+    if color < 0:
+        raise ValueError(f"pgroup_split_irreg: color must be >= 0 ({color})")
+    sub = comm.Split(color, g.me)
+    everyone = comm.allgather((color, g.ranks[g.me]))
+    mine = [w for c, w in everyone if c == color]
+    return _new_group(sub, mine)
+
+
+def _pg(pgroup, call: str) -> _Group:
+    p = _started().default if pgroup is None or int(pgroup) < 0 else int(pgroup)
+    return _group(p, call)
+
+
+# --- cluster (node) information --------------------------------------------------------------
+def _nodes() -> list:
+    from .. import _runtime as rt
+
+    world = _group(WORLD_PROC_GROUP, "cluster")
+    return [rt.node_of(r) for r in world.ranks]
+
+
+def cluster_nnodes() -> int:
+    """Number of nodes (GA_Cluster_nnodes)."""
+    return len(set(_nodes()))
+
+
+def cluster_nodeid(proc: int = -1) -> int:
+    """The node of ``proc`` (default: this process) (GA_Cluster_nodeid / GA_Cluster_proc_nodeid)."""
+    p = _group(WORLD_PROC_GROUP, "cluster_nodeid").me if proc is None or int(proc) < 0 else int(proc)
+    return cluster_proc_nodeid(p)
+
+
+def cluster_proc_nodeid(proc: int) -> int:
+    """GA_Cluster_proc_nodeid."""
+    nodes = _nodes()
+    p = int(proc)
+    if not 0 <= p < len(nodes):
+        raise ValueError(f"cluster_proc_nodeid: process {p} out of range (world size {len(nodes)})")
+    return nodes[p]
+
+
+def cluster_nprocs(node: int) -> int:
+    """Processes on ``node`` (GA_Cluster_nprocs)."""
+    return sum(1 for n in _nodes() if n == int(node))
+
+
+def cluster_procid(node: int, proc: int) -> int:
+    """World rank of the ``proc``-th process of ``node`` (GA_Cluster_procid)."""
+    members = [r for r, n in enumerate(_nodes()) if n == int(node)]
+    if not 0 <= int(proc) < len(members):
+        raise ValueError(f"cluster_procid: process {proc} out of range ({len(members)} on node {node})")
+    return members[int(proc)]
+
+
+# --- misc ---------------------------------------------------------------------------------------
+def wtime() -> float:
+    """Seconds from an arbitrary origin (GA_Wtime)."""
+    return _mpi().Wtime()
+
+
+def error(message, code: int = 1) -> None:
+    """Print ``message`` and abort the whole job with ``code`` (GA_Error)."""
+    if isinstance(message, bytes):
+        message = message.decode(errors="replace")
+    _mpi().COMM_WORLD.Abort(int(code)) if not message else _abort(str(message), int(code))
+
+
+def _abort(message: str, code: int) -> None:
+    import sys
+
+    sys.stderr.write(f"GA error: {message}\n")
+    sys.stderr.flush()
+    _mpi().COMM_WORLD.Abort(code)
+
+
+def slices(lo, hi) -> list:
+    """``[slice(l, h), ...]`` (ga4py ``zip``, which ``gpumpi.ga`` exports under that name)."""
+    return [slice(int(l), int(h)) for l, h in zip(lo, hi)]
+
+
+_debug = [0]
+
+
+def set_debug(debug) -> None:
+    """GA_Set_debug."""
+    _debug[0] = int(bool(debug))
+
+
+def get_debug() -> int:
+    """GA_Get_debug."""
+    return _debug[0]
 
 
 # --- arrays -----------------------------------------------------------------------------------
@@ -400,6 +624,11 @@ def allocate(g_a) -> bool:
     return True
 
 
+#: whether one-sided operations copy directly to and from members' memory mapped here (host
+#: arrays on this node); False sends every transfer through the window's datatype path (tests)
+DIRECT = True
+
+
 def _map_views(a: _Array) -> None:
     """The array of this process's memory, and (host memory) of every member's mapped here."""
     mem = a.win.tomemory()
@@ -417,7 +646,7 @@ def _map_views(a: _Array) -> None:
             n = int(np.prod(shp))
             views.append(np.frombuffer(buf, a.dtype).reshape(shp) if n and len(buf) >= n * a.dtype.itemsize
                          else None)
-        a.views = views
+        a.views = views if DIRECT else [None] * a.group.size
     else:
         a.mem = mem
         a.local = _device_view(mem, a.dtype, shape)
@@ -1603,3 +1832,61 @@ def sync_out() -> None:
 def default_comm():
     """The default group's communicator."""
     return _member(_default(), "ga")
+
+
+# --- mirrored arrays ------------------------------------------------------------------------------
+def is_mirrored(g_a) -> bool:
+    """Whether ``g_a`` was created on the mirror group (GA_Is_mirrored)."""
+    return _arr(g_a, "is_mirrored", False).group is not None and _arr(g_a, "is_mirrored", False).group.handle == MIRROR
+
+
+def _node_sum(a: _Array, lo, hi):
+    """The sum over the nodes' copies of the patch ``[lo, hi)`` of mirrored ``a``, on every process
+    (a whole-patch ``Allreduce`` over the world: within a node the blocks are disjoint)."""
+    MPI = _mpi()
+    shape = tuple(h - l for l, h in zip(lo, hi))
+    mine = np.zeros(shape, a.dtype)
+    got = local_patch(a, lo, hi)
+    if got is not None:
+        view, plo, phi = got
+        mine[_slices(plo, phi, lo)] = view if xp_of(a) is np else view.get()
+    out = np.empty_like(mine)
+    _group(WORLD_PROC_GROUP, "merge").comm.Allreduce(mine, out, op=MPI.SUM)
+    return out
+
+
+def merge_mirrored(g_a) -> None:
+    """Sum the nodes' copies of a mirrored array: afterwards every copy holds the sum
+    (GA_Merge_mirrored). Collective over the world; syncs first."""
+    a = _arr(g_a, "merge_mirrored")
+    if a.group.handle != MIRROR:
+        raise GAError(f"merge_mirrored: array {a.handle} is not mirrored")
+    sync()
+    total = _node_sum(a, (0,) * a.ndim, a.dims)
+    got = local_patch(a, (0,) * a.ndim, a.dims)
+    if got is not None:
+        view, plo, phi = got
+        view[...] = total[_slices(plo, phi, None)] if xp_of(a) is np else xp_of(a).asarray(total[_slices(plo, phi, None)])
+    sync()
+
+
+def merge_distr_patch(g_a, alo, ahi, g_b, blo, bhi) -> None:
+    """Sum the nodes' copies of a patch of mirrored ``g_a`` into a patch of distributed ``g_b``
+    (NGA_Merge_distr_patch). Collective over the world."""
+    a = _arr(g_a, "merge_distr_patch")
+    b = _arr(g_b, "merge_distr_patch")
+    if a.group.handle != MIRROR:
+        raise GAError(f"merge_distr_patch: array {a.handle} is not mirrored")
+    alo, ahi = _patch(a, alo, ahi, "merge_distr_patch")
+    blo, bhi = _patch(b, blo, bhi, "merge_distr_patch")
+    if L.patch_size(alo, ahi) != L.patch_size(blo, bhi):
+        raise ValueError(f"merge_distr_patch: patches differ in size ({L.patch_size(alo, ahi)}, "
+                         f"{L.patch_size(blo, bhi)})")
+    sync()
+    total = _node_sum(a, alo, ahi).reshape(tuple(h - l for l, h in zip(blo, bhi)))
+    got = local_patch(b, blo, bhi)
+    if got is not None:
+        view, plo, phi = got
+        part = total[_slices(plo, phi, blo)]
+        view[...] = part if xp_of(b) is np else xp_of(b).asarray(part)
+    sync()
