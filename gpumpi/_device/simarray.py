@@ -144,6 +144,18 @@ class SimDeviceArray:
         sim_adapter().synchronize()
         self._arr[...] = a
 
+    def reshape(self, *shape) -> SimDeviceArray:
+        """The same elements in another shape (``cupy.ndarray.reshape``): a view where the layout
+        allows, else a copy on the simulated device."""
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])
+        v = self._arr.view()
+        try:
+            v.shape = shape
+        except AttributeError:
+            return SimDeviceArray.from_numpy(self._arr.reshape(shape))
+        return SimDeviceArray._view(v, self._mem)
+
     def __getitem__(self, index) -> SimDeviceArray:
         idx = index if isinstance(index, tuple) else (index,)
         for i in idx:

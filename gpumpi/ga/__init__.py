@@ -145,6 +145,8 @@ from ._core import (  # noqa: F401
     wtime,
 )
 
+from ._object import GlobalArray  # noqa: E402,F401
+
 zip = _core.slices  # ga4py's name (it shadows the builtin there too)
 
 _rt.on_init(_core._after_init)

@@ -1377,7 +1377,7 @@ def strided_get(g_a, lo, hi, skip, buffer=None):
     """Every ``skip[d]``-th element of the patch (NGA_Strided_get)."""
     a = _arr(g_a, "strided_get")
     shape, skip, parts = _strided(a, lo, hi, skip, "strided_get")
-    out = np.empty(shape, a.dtype) if buffer is None else buffer
+    out = _new(a, shape) if buffer is None else buffer
     buf = out if buffer is None else _host_buffer(a, buffer, shape, "strided_get", True)
     for proc, start, cnt, bstart in parts:
         v = a.views[proc]
