@@ -448,7 +448,7 @@ class _Array:
     """One global array: its description, then (once allocated) its window and views."""
 
     __slots__ = ("handle", "name", "gtype", "dtype", "dims", "chunk", "irreg", "ghosts", "group", "memory",
-                 "layout", "win", "me", "views", "local", "mem", "accesses", "allocated")
+                 "layout", "win", "me", "views", "local", "mem", "accesses", "allocated", "plans", "acclock")
 
     def __init__(self, handle: int) -> None:
         self.handle = handle
@@ -469,6 +469,8 @@ class _Array:
         self.mem = None
         self.accesses = 0
         self.allocated = False
+        self.plans = {}
+        self.acclock = None
 
     @property
     def ndim(self) -> int:
@@ -493,10 +495,17 @@ def _arr(g_a, call: str, allocated: bool = True) -> _Array:
 
 
 def _ints(v, n: int | None, call: str, what: str) -> tuple:
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-        v = (v,)
+    """``v`` (an integer, or a sequence or array of them) as a tuple of ints, ``n`` long if given."""
+    tv = type(v)
     try:
-        t = tuple(int(x) for x in np.asarray(v).reshape(-1).tolist())
+        if tv is tuple or tv is list:
+            t = tuple([x if type(x) is int else int(x) for x in v])
+        elif tv is np.ndarray:
+            t = tuple(int(x) for x in v.reshape(-1).tolist())
+        elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            t = (int(v),)
+        else:
+            t = tuple(int(x) for x in np.asarray(v).reshape(-1).tolist())
     except (TypeError, ValueError):
         raise TypeError(f"{call}: {what} must be integers ({v!r})") from None
     if n is not None and len(t) != n:
@@ -620,6 +629,15 @@ def allocate(g_a) -> bool:
     a.win.Lock_all(MPI.MODE_NOCHECK)
     st.used += nbytes
     _map_views(a)
+    # accumulates: where every member maps every member's memory, a per-target lock and an
+    # in-place NumPy add (GA's ARMCI way, memory bandwidth); else the window's element-wise
+    # atomic Accumulate.  Every member must take the same way, so they agree on it.
+    mapped = int(a.memory == "host" and all(v is not None for v in a.views))
+    if comm.allreduce(mapped, op=MPI.MIN):
+        a.acclock = MPI.Win.Allocate(8, 8, comm=comm)
+        np.frombuffer(a.acclock.tomemory(), np.int64)[:] = 0
+        comm.Barrier()
+        a.acclock.Lock_all(MPI.MODE_NOCHECK)
     a.allocated = True
     return True
 
@@ -767,6 +785,11 @@ def destroy(g_a) -> None:
         a.win.Unlock_all()
         a.views = a.local = a.mem = None
         a.win.Free()
+        if a.acclock is not None:
+            a.acclock.Unlock_all()
+            a.acclock.Free()
+            a.acclock = None
+        a.plans = {}
         S.used -= int(np.prod(a.memshape(a.me), dtype=np.int64)) * a.dtype.itemsize
     S.fenced.discard(a.handle)
     del S.arrays[a.handle]
@@ -1005,49 +1028,118 @@ def _device_sync(a: _Array) -> None:
 
 
 # --- one-sided operations ---------------------------------------------------------------------
-def _pieces(a: _Array, lo, hi):
-    return a.layout.locate_region(lo, hi)
+class _Piece:
+    """One owner's part of a patch: where it sits in the patch's buffer (``src``) and in the
+    owner's window memory (``tgt``), and its extents."""
+
+    __slots__ = ("proc", "src", "tgt", "sub")
+
+    def __init__(self, a: _Array, proc: int, plo, phi, lo) -> None:
+        self.proc = proc
+        self.src = _slices(plo, phi, lo)
+        self.tgt = _target(a, proc, plo, phi)
+        self.sub = tuple(h - l for l, h in zip(plo, phi))
+
+    def types(self, a: _Array, shape):
+        """Subarray datatypes of the piece in the patch buffer and in the owner's memory."""
+        return (_box(a, shape, [x.start for x in self.src], self.sub)[0],
+                _box(a, a.memshape(self.proc), [x.start for x in self.tgt], self.sub)[0])
+
+
+_PLANS = 256  # patches remembered per array
+
+
+def _plan(a: _Array, lo, hi) -> list:
+    """The pieces of the patch ``[lo, hi)``, one per owner (remembered: codes that move the
+    same patches again and again -- halos, task blocks -- skip the distribution math)."""
+    key = (lo, hi)
+    plan = a.plans.get(key)
+    if plan is None:
+        if len(a.plans) >= _PLANS:
+            a.plans.clear()
+        plan = a.plans[key] = [_Piece(a, p, plo, phi, lo) for p, plo, phi in a.layout.locate_region(lo, hi)]
+    return plan
 
 
 def _do_put(a: _Array, buf, lo, hi) -> None:
-    shape = tuple(h - l for l, h in zip(lo, hi))
-    for proc, plo, phi in _pieces(a, lo, hi):
-        v = a.views[proc]
-        src = _slices(plo, phi, lo)
-        if v is not None and not _is_device(buf):
-            v[_target(a, proc, plo, phi)] = buf[src]
+    shape = None
+    dev = _is_device(buf)
+    for pc in _plan(a, lo, hi):
+        v = a.views[pc.proc]
+        if v is not None and not dev:
+            v[pc.tgt] = buf[pc.src]
             continue
-        sub = tuple(h - l for l, h in zip(plo, phi))
-        tgt = _target(a, proc, plo, phi)
-        a.win.Put([buf, 1, _box(a, shape, [s.start for s in src], sub)[0]], proc,
-                  target=(0, 1, _box(a, a.memshape(proc), [t.start for t in tgt], sub)[0]))
+        shape = shape or tuple(h - l for l, h in zip(lo, hi))
+        ot, tt = pc.types(a, shape)
+        a.win.Put([buf, 1, ot], pc.proc, target=(0, 1, tt))
     _touch(a)
 
 
 def _do_get(a: _Array, buf, lo, hi) -> None:
-    shape = tuple(h - l for l, h in zip(lo, hi))
-    for proc, plo, phi in _pieces(a, lo, hi):
-        v = a.views[proc]
-        dst = _slices(plo, phi, lo)
-        if v is not None and not _is_device(buf):
-            buf[dst] = v[_target(a, proc, plo, phi)]
+    shape = None
+    dev = _is_device(buf)
+    for pc in _plan(a, lo, hi):
+        v = a.views[pc.proc]
+        if v is not None and not dev:
+            buf[pc.src] = v[pc.tgt]
             continue
-        sub = tuple(h - l for l, h in zip(plo, phi))
-        tgt = _target(a, proc, plo, phi)
-        a.win.Get([buf, 1, _box(a, shape, [s.start for s in dst], sub)[0]], proc,
-                  target=(0, 1, _box(a, a.memshape(proc), [t.start for t in tgt], sub)[0]))
+        shape = shape or tuple(h - l for l, h in zip(lo, hi))
+        ot, tt = pc.types(a, shape)
+        a.win.Get([buf, 1, ot], pc.proc, target=(0, 1, tt))
 
 
 def _do_acc(a: _Array, buf, lo, hi) -> None:
     MPI = _mpi()
     shape = tuple(h - l for l, h in zip(lo, hi))
-    for proc, plo, phi in _pieces(a, lo, hi):
-        src = _slices(plo, phi, lo)
-        sub = tuple(h - l for l, h in zip(plo, phi))
-        tgt = _target(a, proc, plo, phi)
-        a.win.Accumulate([buf, 1, _box(a, shape, [s.start for s in src], sub)[0]], proc,
-                         target=(0, 1, _box(a, a.memshape(proc), [t.start for t in tgt], sub)[0]), op=MPI.SUM)
+    dev = _is_device(buf)
+    for pc in _plan(a, lo, hi):
+        if a.acclock is not None and not dev:
+            _take(a.acclock, pc.proc, 0, a.group, "acc")
+            try:
+                a.views[pc.proc][pc.tgt] += buf[pc.src]
+            finally:
+                _give(a.acclock, pc.proc, 0, a.group)
+            continue
+        ot, tt = pc.types(a, shape)
+        a.win.Accumulate([buf, 1, ot], pc.proc, target=(0, 1, tt), op=MPI.SUM)
     _touch(a)
+
+
+def _take(win, owner: int, disp: int, group: _Group, call: str) -> None:
+    """Take the lock word ``disp`` of ``owner`` in ``win`` (compare-and-swap 0 -> rank + 1),
+    progressing and backing off while another process holds it; a holder that failed makes
+    this an ``ERR_PROC_FAILED`` error instead of a wait without end."""
+    from .. import _runtime as rt
+    from ..errors import ERR_PROC_FAILED, error
+
+    me = group.me
+    mine, zero, res = _LOCKBUF[0], _LOCKBUF[1], _LOCKBUF[2]
+    mine[0] = me + 1
+    spins = 0
+    while True:
+        win.Compare_and_swap(mine, zero, res, owner, disp)
+        if res[0] == 0:
+            return
+        holder = int(res[0]) - 1
+        eng = rt.ENGINE
+        if eng is not None and eng.failed and group.ranks[holder] in eng.failed:
+            raise error(ERR_PROC_FAILED, f"{call}: the lock of process {owner} is held by failed process {holder}")
+        spins += 1
+        if eng is not None:
+            with eng.lock:
+                eng.progress()
+            eng.backoff(spins)
+
+
+def _give(win, owner: int, disp: int, group: _Group) -> int:
+    """Release a lock word taken by :func:`_take`; the previous value (rank + 1 if it was ours)."""
+    mine, zero, res = _LOCKBUF[0], _LOCKBUF[1], _LOCKBUF[2]
+    mine[0] = group.me + 1
+    win.Compare_and_swap(zero, mine, res, owner, disp)
+    return int(res[0])
+
+
+_LOCKBUF = (np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
 
 
 def _scaled(a: _Array, buf, alpha, call: str):
@@ -1085,10 +1177,12 @@ def _patch(a: _Array, lo, hi, call: str):
         return (0,) * a.ndim, a.dims
     if lo is None:
         raise ValueError(f"{call}: hi given without lo")
-    if hi is None:
-        lo = _ints(lo, a.ndim, call, "lo")
-        hi = tuple(x + 1 for x in lo)
-    return L.check_patch(call, a.dims, _ints(lo, a.ndim, call, "lo"), _ints(hi, a.ndim, call, "hi"))
+    lo = _ints(lo, a.ndim, call, "lo")
+    hi = tuple([x + 1 for x in lo]) if hi is None else _ints(hi, a.ndim, call, "hi")
+    for l, h, d in zip(lo, hi, a.dims):
+        if l < 0 or h > d or h < l:
+            return L.check_patch(call, a.dims, lo, hi)  # (raises, with the message)
+    return lo, hi
 
 
 def put(g_a, buffer, lo=None, hi=None) -> None:
@@ -1249,6 +1343,13 @@ def _scatter(g_a, values, subsarray, alpha, call: str) -> None:
             summed = np.zeros(flat.size, a.dtype)
             np.add.at(summed, inv.reshape(-1), vals)
             vals = summed
+            if a.acclock is not None:  # the way every accumulate to this array goes
+                _take(a.acclock, p, 0, a.group, call)
+                try:
+                    a.views[p].reshape(-1)[flat] += vals
+                finally:
+                    _give(a.acclock, p, 0, a.group)
+                continue
             t = _indexed(a, flat)
             a.win.Accumulate([vals, 1, _basic(a.dtype).Create_contiguous(vals.size).Commit()], p,
                              target=(0, 1, t), op=MPI.SUM)
@@ -1362,7 +1463,7 @@ def _strided(a: _Array, lo, hi, skip, call: str):
     skip = _ints(skip, a.ndim, call, "skip")
     shape = L.strided_shape(lo, hi, skip)
     out = []
-    for proc, plo, phi in _pieces(a, lo, hi):
+    for proc, plo, phi in a.layout.locate_region(lo, hi):
         first = tuple(l + -(-(p - l) // s) * s for l, p, s in zip(lo, plo, skip))
         cnt = tuple(max(0, -(-(h - f) // s)) for f, h, s in zip(first, phi, skip))
         if 0 in cnt:
@@ -1411,8 +1512,16 @@ def _strided_write(g_a, buffer, lo, hi, skip, alpha, call: str) -> None:
     for proc, start, cnt, bstart in parts:
         v = a.views[proc]
         bidx = tuple(slice(b, b + c) for b, c in zip(bstart, cnt))
+        tidx = tuple(slice(s, s + c * k, k) for s, c, k in zip(start, cnt, skip))
         if alpha is None and v is not None and not _is_device(buf):
-            v[tuple(slice(s, s + c * k, k) for s, c, k in zip(start, cnt, skip))] = buf[bidx]
+            v[tidx] = buf[bidx]
+            continue
+        if alpha is not None and a.acclock is not None and not _is_device(buf):
+            _take(a.acclock, proc, 0, a.group, call)  # (the way every accumulate to this array goes)
+            try:
+                v[tidx] += buf[bidx]
+            finally:
+                _give(a.acclock, proc, 0, a.group)
             continue
         origin = [buf, 1, _box(a, shape, bstart, cnt)[0]]
         target = (0, 1, _box(a, a.memshape(proc), start, cnt, skip)[0])
@@ -1587,9 +1696,11 @@ def _sync_out() -> None:
 
 # -- mutexes
 class _Mutexes:
-    __slots__ = ("n", "win", "held", "comm", "words")
+    __slots__ = ("n", "win", "held", "comm", "words", "group")
 
-    def __init__(self, n: int, comm) -> None:
+    def __init__(self, n: int, group: _Group) -> None:
+        comm = group.comm
+        self.group = group
         MPI = _mpi()
         self.n = n
         self.comm = comm
@@ -1613,7 +1724,8 @@ def create_mutexes(number: int) -> bool:
         raise ValueError(f"create_mutexes: negative number ({n})")
     if st.mutexes is not None:
         return False
-    st.mutexes = _Mutexes(n, _member(_default(), "create_mutexes"))
+    _member(_default(), "create_mutexes")
+    st.mutexes = _Mutexes(n, _default())
     return True
 
 
@@ -1645,30 +1757,10 @@ def _mutex(m, call: str):
 
 def lock(mutex) -> None:
     """Take a mutex, waiting while another process holds it (GA_Lock)."""
-    from .. import _runtime as rt
-    from ..errors import ERR_PROC_FAILED, error
-
     mx, m, owner, disp = _mutex(mutex, "lock")
     if m in mx.held:
         raise GAError(f"lock: mutex {m} is already locked by this process")
-    me = np.array([mx.comm.Get_rank() + 1], np.int64)
-    zero = np.zeros(1, np.int64)
-    res = np.empty(1, np.int64)
-    spins = 0
-    world = mx.comm._w if hasattr(mx.comm, "_w") else None
-    while True:
-        mx.win.Compare_and_swap(me, zero, res, owner, disp)
-        if res[0] == 0:
-            break
-        holder = int(res[0]) - 1
-        eng = rt.ENGINE
-        if world is not None and eng is not None and world[holder] in eng.failed:
-            raise error(ERR_PROC_FAILED, f"lock: mutex {m} is held by failed process {holder}")
-        spins += 1
-        if eng is not None:
-            with eng.lock:
-                eng.progress()
-            eng.backoff(spins)
+    _take(mx.win, owner, disp, _default_of(mx), "lock")
     mx.held.add(m)
 
 
@@ -1677,14 +1769,15 @@ def unlock(mutex) -> None:
     mx, m, owner, disp = _mutex(mutex, "unlock")
     if m not in mx.held:
         raise GAError(f"unlock: mutex {m} is not locked by this process")
-    me = np.array([mx.comm.Get_rank() + 1], np.int64)
-    zero = np.zeros(1, np.int64)
-    res = np.empty(1, np.int64)
     mx.win.Flush_all()  # what was written under the mutex is complete before the next holder reads
-    mx.win.Compare_and_swap(zero, me, res, owner, disp)
+    prev = _give(mx.win, owner, disp, _default_of(mx))
     mx.held.discard(m)
-    if res[0] != me[0]:
-        raise GAError(f"unlock: mutex {m} was held by {int(res[0]) - 1}, not by this process")
+    if prev != mx.comm.Get_rank() + 1:
+        raise GAError(f"unlock: mutex {m} was held by {prev - 1}, not by this process")
+
+
+def _default_of(mx) -> _Group:
+    return mx.group
 
 
 # --- memory limits ----------------------------------------------------------------------------
