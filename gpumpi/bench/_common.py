@@ -87,6 +87,9 @@ class Suite:
         compare_results: ``compare_results(rows, ref_rows)``: two implementations' rows
             paired, with ratios; None when the suite measures gpumpi alone.
         format_compare_table: ``format_compare_table(merged, meta, ref_meta)``; None likewise.
+        ranks: the one number of ranks the suite runs on (the ``ga`` suite's 4, as GA's
+            ``perf.F``), which is also the default of ``-n``; None: any number from
+            ``min_ranks`` (default 2).
     """
 
     name: str
@@ -99,6 +102,7 @@ class Suite:
     format_progress: Callable[..., str]
     compare_results: Callable[..., list[dict]] | None = None
     format_compare_table: Callable[..., str] | None = None
+    ranks: int | None = None
 
 
 # ---------------------------------------------------------------- sizes

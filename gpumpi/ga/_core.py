@@ -14,12 +14,17 @@ carried out by the caller alone, at call time, whatever its targets are doing:
   a NumPy (or CuPy) slice assignment where the owner's memory is mapped here (host memory on
   this node: ``Win.Shared_query``), else one ``Win.Put``/``Get``/``Accumulate`` whose origin
   and target are subarray datatypes (``Create_subarray``; strided patches: vector types);
-* ``acc`` and ``scatter_acc`` are ``Win.Accumulate(SUM)`` of ``alpha * buffer``: element-wise
-  atomic (atomic instructions on mapped host and device memory, the target's accumulate lock
-  elsewhere, see :mod:`gpumpi._rma`), so concurrent accumulates to overlapping patches give
-  the right sum.  They are *not* atomic with respect to concurrent puts and gets of the same
-  elements (GA's rule);
-* ``read_inc`` is one ``Win.Fetch_and_op(SUM)``: a true atomic on the owner's element.
+* ``acc`` (and ``scatter_acc``, ``strided_acc``, ``periodic_acc``) add ``alpha * buffer``
+  atomically with respect to every other accumulate: where every member maps every member's
+  memory (host arrays on one node) the caller takes the owner's *accumulate lock* (an int64
+  word per member in a small side window, compare-and-swap, holder rank + 1, so a dead holder
+  is noticed) and adds in place with NumPy at memory bandwidth -- GA's own (ARMCI) way; else
+  it is ``Win.Accumulate(SUM)``, element-wise atomic (device atomics, or the window's own
+  lock, see :mod:`gpumpi._rma`).  The members agree on the way at ``allocate``, so every
+  accumulate to one array goes the same way.  Accumulates are *not* atomic with respect to
+  concurrent puts and gets of the same elements, nor to ``read_inc`` of the same element
+  (GA's rules);
+* ``read_inc`` is one ``Win.Fetch_and_op(SUM)``: a true atomic instruction on the owner's element.
 
 Operations are complete when they return (the copies are done, the device synchronized), so
 ``nbput``/``nbget``/``nbacc`` complete at once and ``nbwait`` only retires the handle;
