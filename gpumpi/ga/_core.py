@@ -973,7 +973,8 @@ def _host_buffer(a: _Array, buffer, shape, call: str, writable: bool):
         if a.dtype.kind != "c" and b.dtype.kind == "c":
             raise TypeError(f"{call}: complex buffer for a {a.dtype} array")
         b = b.astype(a.dtype)
-    return b.reshape(shape)
+    # C order: the window's datatype path reads a buffer in its storage order
+    return np.ascontiguousarray(b).reshape(shape)
 
 
 def _slices(lo, hi, origin=None) -> tuple:
