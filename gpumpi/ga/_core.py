@@ -1989,3 +1989,44 @@ def merge_distr_patch(g_a, alo, ahi, g_b, blo, bhi) -> None:
         part = total[_slices(plo, phi, blo)]
         view[...] = part if xp_of(b) is np else xp_of(b).asarray(part)
     sync()
+
+
+# --- what gpumpi's GA does not do (GA 5 / ga4py P2 features), each with its reason --------------
+def _unsupported(name: str, why: str):
+    def fn(*args, **kwargs):
+        raise NotImplementedError(f"{name}: {why}")
+
+    fn.__name__ = name
+    fn.__doc__ = f"Not supported: {why}"
+    return fn
+
+
+_BLOCKS = ("block-cyclic and tiled distributions (several blocks per process) are not supported; "
+           "every process owns at most one block")
+set_block_cyclic = _unsupported("set_block_cyclic", _BLOCKS)
+set_block_cyclic_proc_grid = _unsupported("set_block_cyclic_proc_grid", _BLOCKS)
+total_blocks = _unsupported("total_blocks", _BLOCKS)
+get_block_info = _unsupported("get_block_info", _BLOCKS)
+access_block = _unsupported("access_block", _BLOCKS)
+access_block_grid = _unsupported("access_block_grid", _BLOCKS)
+access_block_segment = _unsupported("access_block_segment", _BLOCKS)
+release_block = _unsupported("release_block", _BLOCKS)
+release_update_block = _unsupported("release_update_block", _BLOCKS)
+release_block_grid = _unsupported("release_block_grid", _BLOCKS)
+release_update_block_grid = _unsupported("release_update_block_grid", _BLOCKS)
+release_block_segment = _unsupported("release_block_segment", _BLOCKS)
+release_update_block_segment = _unsupported("release_update_block_segment", _BLOCKS)
+_RESTRICTED = "restricted arrays are not supported; create the array on a processor group (pgroup_create) instead"
+set_restricted = _unsupported("set_restricted", _RESTRICTED)
+set_restricted_range = _unsupported("set_restricted_range", _RESTRICTED)
+_TYPES = "user-registered element types are not supported; use one of the C_* types (NumPy dtypes)"
+register_type = _unsupported("register_type", _TYPES)
+register_dtype = _unsupported("register_dtype", _TYPES)
+deregister_type = _unsupported("deregister_type", _TYPES)
+access_ghost_element = _unsupported("access_ghost_element", "use access_ghosts(g_a) instead (as ga4py says)")
+release_ghost_element = _unsupported("release_ghost_element", "use access_ghosts / release_ghosts instead")
+release_update_ghost_element = _unsupported("release_update_ghost_element",
+                                            "use access_ghosts / release_update_ghosts instead")
+print_file = _unsupported("print_file", "as in ga4py; use print_patch, whose output goes to sys.stdout")
+print_stats = _unsupported("print_stats", "gpumpi's GA keeps no per-call statistics; GPUMPI_PROFILE=1 counts "
+                                          "the MPI operations underneath")
