@@ -47,11 +47,14 @@ on a rank that is leaving for another reason).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
+import math
 
 import numpy as np
 
+from .. import _runtime as _rt
 from . import _layout as L
 
 # --- types (GA's MT_* codes: tools/ma/macommon.h) ----------------------------------------------
@@ -135,10 +138,15 @@ class _Group:
         return self.comm.Get_rank() if self.comm is not None else -1
 
 
-def _mpi():
-    from .. import MPI
+_MPI = []
 
-    return MPI
+
+def _mpi():
+    if not _MPI:
+        from .. import MPI
+
+        _MPI.append(MPI)
+    return _MPI[0]
 
 
 def initialize() -> None:
@@ -453,7 +461,8 @@ class _Array:
     """One global array: its description, then (once allocated) its window and views."""
 
     __slots__ = ("handle", "name", "gtype", "dtype", "dims", "chunk", "irreg", "ghosts", "group", "memory",
-                 "layout", "win", "me", "views", "local", "mem", "accesses", "allocated", "plans", "acclock")
+                 "layout", "win", "me", "views", "local", "mem", "accesses", "allocated", "plans", "acclock", "rinc",
+                 "lockaddr", "lockkeep")
 
     def __init__(self, handle: int) -> None:
         self.handle = handle
@@ -476,6 +485,9 @@ class _Array:
         self.allocated = False
         self.plans = {}
         self.acclock = None
+        self.rinc = {}
+        self.lockaddr = None
+        self.lockkeep = None
 
     @property
     def ndim(self) -> int:
@@ -643,6 +655,10 @@ def allocate(g_a) -> bool:
         np.frombuffer(a.acclock.tomemory(), np.int64)[:] = 0
         comm.Barrier()
         a.acclock.Lock_all(MPI.MODE_NOCHECK)
+        words = [np.frombuffer(a.acclock.Shared_query(r)[0], np.int64) for r in range(g.size)]
+        if all(w.size for w in words):  # the words themselves, taken with the CPU's compare-and-swap
+            a.lockaddr = [w.__array_interface__["data"][0] for w in words]
+            a.lockkeep = words
     a.allocated = True
     return True
 
@@ -681,10 +697,10 @@ def _device_view(mem, dt, shape):
     from .._device.simarray import SimDeviceArray
 
     if isinstance(mem, SimDeviceArray):
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         raw = mem._arr[: n * dt.itemsize] if n else np.empty(0, np.uint8)
         return SimDeviceArray._view(raw.view(dt).reshape(shape), mem._mem)
-    n = int(np.prod(shape))
+    n = math.prod(shape)
     return mem[: n * dt.itemsize].view(dt).reshape(shape)
 
 
@@ -790,11 +806,14 @@ def destroy(g_a) -> None:
         a.win.Unlock_all()
         a.views = a.local = a.mem = None
         a.win.Free()
+        a.lockkeep = None
         if a.acclock is not None:
             a.acclock.Unlock_all()
             a.acclock.Free()
             a.acclock = None
         a.plans = {}
+        a.rinc = {}
+        a.lockaddr = a.lockkeep = None
         S.used -= int(np.prod(a.memshape(a.me), dtype=np.int64)) * a.dtype.itemsize
     S.fenced.discard(a.handle)
     del S.arrays[a.handle]
@@ -939,7 +958,7 @@ def _is_device(x) -> bool:
 def _host_buffer(a: _Array, buffer, shape, call: str, writable: bool):
     """``buffer`` as an array of ``a``'s dtype and ``shape`` (a flat buffer of the right size is
     reshaped; a non-contiguous or differently typed one is copied -- for reading only)."""
-    n = int(np.prod(shape))
+    n = math.prod(shape)
     if _is_device(buffer):
         if buffer.dtype != a.dtype:
             raise TypeError(f"{call}: buffer dtype {buffer.dtype} differs from the array's {a.dtype}")
@@ -1040,11 +1059,8 @@ class _Piece:
 
     __slots__ = ("proc", "src", "tgt", "sub")
 
-    def __init__(self, a: _Array, proc: int, plo, phi, lo) -> None:
-        self.proc = proc
-        self.src = _slices(plo, phi, lo)
-        self.tgt = _target(a, proc, plo, phi)
-        self.sub = tuple(h - l for l, h in zip(plo, phi))
+    def __init__(self, proc: int, src: tuple, tgt: tuple, sub: tuple) -> None:
+        self.proc, self.src, self.tgt, self.sub = proc, src, tgt, sub
 
     def types(self, a: _Array, shape):
         """Subarray datatypes of the piece in the patch buffer and in the owner's memory."""
@@ -1063,8 +1079,28 @@ def _plan(a: _Array, lo, hi) -> list:
     if plan is None:
         if len(a.plans) >= _PLANS:
             a.plans.clear()
-        plan = a.plans[key] = [_Piece(a, p, plo, phi, lo) for p, plo, phi in a.layout.locate_region(lo, hi)]
+        plan = a.plans[key] = _pieces_of(a, lo, hi)
     return plan
+
+
+def _pieces_of(a: _Array, lo, hi) -> list:
+    """:meth:`Layout.locate_region` for a checked, non-empty patch, with each piece's slices
+    (the layout's block bounds are searched once per dimension)."""
+    lay = a.layout
+    ranges = []  # per dimension: (block, piece lo, piece hi, block lo) of each block touched
+    for l, h, b in zip(lo, hi, lay._bounds):
+        k0 = bisect.bisect_right(b, l) - 1
+        k1 = bisect.bisect_right(b, h - 1) - 1
+        ranges.append([(k, max(l, b[k]), min(h, b[k + 1]), b[k]) for k in range(k0, k1 + 1)])
+    gs = lay._gstrides
+    w = a.ghosts
+    out = []
+    for combo in itertools.product(*ranges):
+        proc = sum(c[0] * g for c, g in zip(combo, gs))
+        src = tuple(slice(c[1] - o, c[2] - o) for c, o in zip(combo, lo))
+        tgt = tuple(slice(c[1] - c[3] + x, c[2] - c[3] + x) for c, x in zip(combo, w))
+        out.append(_Piece(proc, src, tgt, tuple(c[2] - c[1] for c in combo)))
+    return out
 
 
 def _do_put(a: _Array, buf, lo, hi) -> None:
@@ -1100,11 +1136,11 @@ def _do_acc(a: _Array, buf, lo, hi) -> None:
     dev = _is_device(buf)
     for pc in _plan(a, lo, hi):
         if a.acclock is not None and not dev:
-            _take(a.acclock, pc.proc, 0, a.group, "acc")
+            _lock_acc(a, pc.proc, "acc")
             try:
                 a.views[pc.proc][pc.tgt] += buf[pc.src]
             finally:
-                _give(a.acclock, pc.proc, 0, a.group)
+                _unlock_acc(a, pc.proc)
             continue
         ot, tt = pc.types(a, shape)
         a.win.Accumulate([buf, 1, ot], pc.proc, target=(0, 1, tt), op=MPI.SUM)
@@ -1115,9 +1151,6 @@ def _take(win, owner: int, disp: int, group: _Group, call: str) -> None:
     """Take the lock word ``disp`` of ``owner`` in ``win`` (compare-and-swap 0 -> rank + 1),
     progressing and backing off while another process holds it; a holder that failed makes
     this an ``ERR_PROC_FAILED`` error instead of a wait without end."""
-    from .. import _runtime as rt
-    from ..errors import ERR_PROC_FAILED, error
-
     me = group.me
     mine, zero, res = _LOCKBUF[0], _LOCKBUF[1], _LOCKBUF[2]
     mine[0] = me + 1
@@ -1127,8 +1160,10 @@ def _take(win, owner: int, disp: int, group: _Group, call: str) -> None:
         if res[0] == 0:
             return
         holder = int(res[0]) - 1
-        eng = rt.ENGINE
+        eng = _rt.ENGINE
         if eng is not None and eng.failed and group.ranks[holder] in eng.failed:
+            from ..errors import ERR_PROC_FAILED, error
+
             raise error(ERR_PROC_FAILED, f"{call}: the lock of process {owner} is held by failed process {holder}")
         spins += 1
         if eng is not None:
@@ -1146,6 +1181,29 @@ def _give(win, owner: int, disp: int, group: _Group) -> int:
 
 
 _LOCKBUF = (np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
+_I64 = np.dtype(np.int64)
+
+
+def _lock_acc(a: _Array, proc: int, call: str) -> None:
+    """Take ``proc``'s accumulate lock of ``a``: the CPU's compare-and-swap on the mapped word
+    (what ``Win.Compare_and_swap`` does there, without its argument handling), else the window's."""
+    addrs = a.lockaddr
+    if addrs is None:
+        _take(a.acclock, proc, 0, a.group, call)
+        return
+    cas = (_ATOMICS[0] if _ATOMICS else _atomics()).compare_and_swap
+    me = a.group.me + 1
+    if cas(addrs[proc], 0, me, _I64) == 0:
+        return
+    _take(a.acclock, proc, 0, a.group, call)  # held: wait (progressing, watching the holder) there
+
+
+def _unlock_acc(a: _Array, proc: int) -> None:
+    addrs = a.lockaddr
+    if addrs is None:
+        _give(a.acclock, proc, 0, a.group)
+        return
+    (_ATOMICS[0] if _ATOMICS else _atomics()).compare_and_swap(addrs[proc], a.group.me + 1, 0, _I64)
 
 
 def _scaled(a: _Array, buf, alpha, call: str):
@@ -1196,7 +1254,7 @@ def put(g_a, buffer, lo=None, hi=None) -> None:
     a = _arr(g_a, "put")
     lo, hi = _patch(a, lo, hi, "put")
     shape = tuple(h - l for l, h in zip(lo, hi))
-    if not int(np.prod(shape)):
+    if not math.prod(shape):
         return
     buf = _host_buffer(a, buffer, shape, "put", False)
     _sim_sync(buf)
@@ -1216,10 +1274,31 @@ def get(g_a, lo=None, hi=None, buffer=None):
     else:
         out = buffer
         buf = _host_buffer(a, buffer, shape, "get", True)
-    if int(np.prod(shape)):
+    if math.prod(shape):
+        if buffer is not None and not _c_order(buf) and not _all_direct(a, lo, hi, buf):
+            # the window's datatype path writes a buffer in its storage order: go through a
+            # C-ordered one, then copy into the caller's view
+            tmp = _new(a, shape) if not _is_device(buf) else _device_empty(shape, a.dtype)
+            _do_get(a, tmp, lo, hi)
+            _device_sync(a)
+            _assign(buf, (Ellipsis,), tmp)
+            return out
         _do_get(a, buf, lo, hi)
         _device_sync(a)
     return out
+
+
+def _c_order(buf) -> bool:
+    if isinstance(buf, np.ndarray):
+        return buf.flags.c_contiguous
+    if getattr(buf, "__gpumpi_sim__", False):
+        return buf._arr.flags.c_contiguous
+    return buf.__cuda_array_interface__.get("strides") is None
+
+
+def _all_direct(a: _Array, lo, hi, buf) -> bool:
+    """Whether every piece of the patch is copied straight into ``buf`` (mapped host memory)."""
+    return not _is_device(buf) and all(a.views[pc.proc] is not None for pc in _plan(a, lo, hi))
 
 
 def _new(a: _Array, shape):
@@ -1252,7 +1331,7 @@ def acc(g_a, buffer, lo=None, hi=None, alpha=None) -> None:
     a = _arr(g_a, "acc")
     lo, hi = _patch(a, lo, hi, "acc")
     shape = tuple(h - l for l, h in zip(lo, hi))
-    if not int(np.prod(shape)):
+    if not math.prod(shape):
         return
     buf = _scaled(a, _host_buffer(a, buffer, shape, "acc", False), alpha, "acc")
     _sim_sync(buf)
@@ -1262,9 +1341,31 @@ def acc(g_a, buffer, lo=None, hi=None, alpha=None) -> None:
 
 def read_inc(g_a, subscript, inc: int = 1) -> int:
     """Atomically add ``inc`` to one element of an integer array and return its old value
-    (NGA_Read_inc: ``Fetch_and_op`` on the owner's element)."""
-    MPI = _mpi()
+    (NGA_Read_inc): one atomic fetch-and-add instruction on the owner's element where it is
+    mapped here, else ``Win.Fetch_and_op(SUM)`` (the same instruction, issued by the window)."""
     a = _arr(g_a, "read_inc")
+    key = subscript if type(subscript) is tuple else None
+    hit = a.rinc.get(key) if key is not None else None
+    if hit is None:
+        hit = _read_inc_target(a, subscript)
+        if key is not None and len(a.rinc) < 4096:
+            a.rinc[key] = hit
+    proc, disp, addr = hit
+    if addr:
+        old = (_ATOMICS[0] if _ATOMICS else _atomics()).fetch_and_op(addr, inc, "SUM", a.dtype)
+    else:
+        MPI = _mpi()
+        one = np.array([int(inc)], dtype=a.dtype)
+        res = np.empty(1, dtype=a.dtype)
+        a.win.Fetch_and_op(one, res, proc, disp, MPI.SUM)
+        old = res[0]
+    if S.fence_depth:
+        _touch(a)
+    return int(old)
+
+
+def _read_inc_target(a: _Array, subscript) -> tuple:
+    """``(owner, displacement, address or 0)`` of the element ``read_inc`` updates (checked)."""
     if a.dtype not in _INTEGER:
         raise TypeError(f"read_inc: the array must be C_INT, C_LONG or C_LONGLONG ({a.dtype})")
     sub = _ints(subscript, a.ndim, "read_inc", "subscript")
@@ -1273,11 +1374,20 @@ def read_inc(g_a, subscript, inc: int = 1) -> int:
         raise ValueError(f"read_inc: subscript out of bounds ({list(sub)}, dims {list(a.dims)})")
     idx = tuple(s.start for s in _target(a, proc, sub, tuple(x + 1 for x in sub)))
     disp = int(np.ravel_multi_index(idx, a.memshape(proc)))
-    one = np.array([int(inc)], dtype=a.dtype)
-    res = np.empty(1, dtype=a.dtype)
-    a.win.Fetch_and_op(one, res, proc, disp, MPI.SUM)
-    _touch(a)
-    return int(res[0])
+    v = a.views[proc] if a.memory == "host" else None
+    addr = v.__array_interface__["data"][0] + disp * a.dtype.itemsize if v is not None else 0
+    return proc, disp, addr
+
+
+_ATOMICS = []
+
+
+def _atomics():
+    if not _ATOMICS:
+        from ..kernels import atomics
+
+        _ATOMICS.append(atomics)
+    return _ATOMICS[0]
 
 
 # -- element lists
@@ -1350,11 +1460,11 @@ def _scatter(g_a, values, subsarray, alpha, call: str) -> None:
             np.add.at(summed, inv.reshape(-1), vals)
             vals = summed
             if a.acclock is not None:  # the way every accumulate to this array goes
-                _take(a.acclock, p, 0, a.group, call)
+                _lock_acc(a, p, call)
                 try:
                     a.views[p].reshape(-1)[flat] += vals
                 finally:
-                    _give(a.acclock, p, 0, a.group)
+                    _unlock_acc(a, p)
                 continue
             t = _indexed(a, flat)
             a.win.Accumulate([vals, 1, _basic(a.dtype).Create_contiguous(vals.size).Commit()], p,
@@ -1523,11 +1633,11 @@ def _strided_write(g_a, buffer, lo, hi, skip, alpha, call: str) -> None:
             v[tidx] = buf[bidx]
             continue
         if alpha is not None and a.acclock is not None and not _is_device(buf):
-            _take(a.acclock, proc, 0, a.group, call)  # (the way every accumulate to this array goes)
+            _lock_acc(a, proc, call)  # (the way every accumulate to this array goes)
             try:
                 v[tidx] += buf[bidx]
             finally:
-                _give(a.acclock, proc, 0, a.group)
+                _unlock_acc(a, proc)
             continue
         origin = [buf, 1, _box(a, shape, bstart, cnt)[0]]
         target = (0, 1, _box(a, a.memshape(proc), start, cnt, skip)[0])

@@ -376,3 +376,48 @@ def _device():
 def test_device_arrays_on_the_simulated_device(n):
     res = run_ranks(_device, n, timeout=120, env={"GPUMPI_DEVICE": "sim"})
     assert all(all(r) and len(r) == 7 for r in res), res
+
+
+def _strided_buffers(memory: str, direct: bool):
+    """get into (and put/acc from) a view that is not C-contiguous, on every transfer path: the
+    elements land in the view and nowhere else."""
+    from gpumpi import ga
+    from gpumpi.ga import _core
+    from gpumpi.testing import SimDeviceArray
+
+    _core.DIRECT = direct
+    me, n = ga.nodeid(), ga.nnodes()
+    h = ga.create_handle()
+    ga.set_data(h, (8, 8), ga.C_DBL)
+    ga.set_memory_dev(h, memory)
+    ga.allocate(h)
+    full = np.arange(64.0).reshape(8, 8)
+    if me == 0:
+        ga.put(h, full)
+    ga.sync()
+    big = np.full((4, 9), -1.0)
+    if memory == "device":
+        dbig = SimDeviceArray.from_numpy(big)
+        ga.get(h, (4, 4), (6, 6), dbig[1:3, 5:7])
+        got = dbig.get()
+    else:
+        ga.get(h, (4, 4), (6, 6), big[1:3, 5:7])
+        got = big
+    expect = np.full((4, 9), -1.0)
+    expect[1:3, 5:7] = full[4:6, 4:6]
+    ok = bool((got == expect).all())
+    ga.sync()
+    if me == n - 1:
+        ga.put(h, full.T[2:5, 1:3], (0, 0), (3, 2))  # a transposed (Fortran-ordered) view
+    ga.sync()
+    ok = ok and bool((np.asarray(ga.get(h, (0, 0), (3, 2)).get() if memory == "device" else
+                                 ga.get(h, (0, 0), (3, 2))) == full.T[2:5, 1:3]).all())
+    ga.sync()
+    ga.destroy(h)
+    return ok
+
+
+@pytest.mark.parametrize("memory, direct", [("host", True), ("host", False), ("device", True)])
+def test_buffers_that_are_views_on_every_path(memory, direct):
+    env = {"GPUMPI_DEVICE": "sim"} if memory == "device" else None
+    assert run_ranks(_strided_buffers, 3, args=(memory, direct), timeout=60, env=env) == [True] * 3
