@@ -38,6 +38,12 @@ latency against message size, one line per implementation
 of two.  matplotlib is imported only when ``--plot`` is given, and checked before
 anything is launched.
 
+``ga`` (GA's ``perf.F`` on :mod:`gpumpi.ga`: get/put/acc of local and remote sections, and
+``read_inc`` against ``Fetch_and_op``) runs on exactly 4 ranks, the default of ``-n`` for it
+(:attr:`~gpumpi.bench.Suite.ranks`); it measures gpumpi only, and ``--compare ga`` compares it
+with GA's own C library (:func:`gpumpi.bench.ga_reference`, run in the outer process: built once
+with ``mpicc``, run with ``mpiexec -n 4``), or says in one line why that comparison is skipped.
+
 ``coll`` (nccl-tests-style collectives) takes ``--ops``, ``--dtype``, ``--op`` and
 ``--root``.  Its third implementation, ``nccl`` (``--impl nccl`` or ``--compare nccl``),
 is launched like gpumpi, on CuPy buffers with one GPU per rank: gpumpi carries NCCL's
@@ -65,6 +71,8 @@ from ._version import __version__
 JOB_ENV_VARS = ("GPUMPI_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 #: Implementations ``--impl`` and ``--compare`` accept (``nccl``: the coll suite only).
 IMPLS = ("gpumpi", "mpi4py", "nccl")
+#: What ``--compare`` accepts: an implementation, or ``ga`` (GA's C library; the ga suite only).
+COMPARES = (*IMPLS, "ga")
 
 
 class CLIError(Exception):
@@ -112,32 +120,39 @@ def build_parser() -> argparse.ArgumentParser:
             "local device copy. Suite coll (nccl-tests-style): time, algbw and busbw of Allreduce, Bcast, Reduce, "
             "Allgather, Reduce_scatter_block, Alltoall and Barrier on all ranks. Suite rma (OSU one-sided, passive target, "
             "rank 0 origin, rank 1 target): Put/Get + Flush latency, Put/Get/Accumulate bandwidth (window of 64 + Flush), "
-            "Fetch_and_op and Compare_and_swap + Flush_local time per operation. "
+            "Fetch_and_op and Compare_and_swap + Flush_local time per operation. Suite ga (GA's perf.F on gpumpi.ga, "
+            "exactly 4 ranks): time per call and MB/s of ga.get, ga.put and ga.acc on local and remote 1-D and 2-D "
+            "sections, and ga.read_inc against Win.Fetch_and_op; --compare ga runs it on GA's own C library. "
             "Results are checked for wrong values. GB = 1e9 B."
         ),
     )
     b.add_argument("suite", nargs="?", default="p2p", help=f"suite to run (default p2p; known: {', '.join(bench.SUITES)})")
-    b.add_argument("-n", "--np", type=int, default=2, help="number of ranks to launch (default 2; pack needs 1, its strided-send 2)")
+    b.add_argument("-n", "--np", type=int, default=None,
+                   help="number of ranks to launch (default 2; pack needs 1, its strided-send 2; ga: exactly 4, "
+                   "its default)")
     b.add_argument("--impl", choices=IMPLS, default="gpumpi", help="MPI implementation to measure (default gpumpi)")
-    b.add_argument("--compare", choices=IMPLS, default=None, help="also run the suite on this implementation and print ratios")
+    b.add_argument("--compare", choices=COMPARES, default=None,
+                   help="also run the suite on this implementation and print ratios (ga: GA's own C library, "
+                   "the ga suite only)")
     b.add_argument(
         "--quick",
         action="store_true",
         help="reduced sweep (p2p and coll: 8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB; rma: 8 B, 1 KiB, 64 KiB, 1 MiB; "
-        "pack: blocks of 1, 8, 64, 1024 B; few iterations)",
+        "pack: blocks of 1, 8, 64, 1024 B; ga: sections of 8 B, 2 KiB, 66248 B, 512 KiB, 2 MiB; few iterations)",
     )
     b.add_argument(
         "--sizes",
         default=None,
         help="MIN:MAX bytes (K/M/G suffixes), or a list such as 8,1K,64K (p2p message sizes, default 0:16M; "
         "pack block sizes, default 1:1K; coll: one rank's whole array, default 8:16M; rma: bytes per operation, "
-        "default 8:1M in x4 steps)",
+        "default 8:1M in x4 steps; ga: bytes of a section, 8*s*s for perf.F's sides s = 1 ... 512, default all)",
     )
     b.add_argument(
         "--iters",
         type=int,
         default=None,
-        help="timed iterations per size (default: OSU-style, fewer for large messages; pack: 25, median reported)",
+        help="timed iterations per size (default: OSU-style, fewer for large messages; pack: 25, median reported; "
+        "ga: calls per measurement, default one pass over the sections that fit, at least 20)",
     )
     b.add_argument("--skip", type=int, default=None, help="warm-up iterations per size (default: iters/10; pack: 3)")
     b.add_argument(
@@ -221,6 +236,8 @@ def _validate(args) -> list[int]:
         raise CLIError(f"unknown suite {args.suite!r} (available: {', '.join(bench.SUITES)})")
     matrix = args.suite == "p2p-matrix"
     suite = bench.SUITES[args.suite]
+    if args.np is None:
+        args.np = suite.ranks or 2
     _validate_plot(args)
     try:
         bench.check_transport(args.transport)
@@ -234,6 +251,9 @@ def _validate(args) -> list[int]:
             raise CLIError(f"the p2p-matrix suite runs 2 ranks per device pair (got -n {args.np})")
         if args.impl != "gpumpi" or args.compare:
             raise CLIError("the p2p-matrix suite measures gpumpi only (no --impl mpi4py, no --compare)")
+    if suite.ranks is not None and args.np != suite.ranks:
+        raise CLIError(f"the {args.suite} suite runs on exactly {suite.ranks} ranks (got -n {args.np})")
+    _validate_ga(args)
     min_ranks = suite.min_ranks
     if args.np < min_ranks:
         raise CLIError(f"the {args.suite} suite needs at least {min_ranks} rank{'s' if min_ranks > 1 else ''} (got -n {args.np})")
@@ -264,6 +284,20 @@ def _validate(args) -> list[int]:
     except bench.BenchError as e:
         raise CLIError(str(e)) from None
     return sizes
+
+
+def _validate_ga(args) -> None:
+    """The ga suite measures gpumpi (``--impl gpumpi``) and compares with GA's C library only
+    (``--compare ga``); ``--compare ga`` is the ga suite's alone."""
+    if args.suite != "ga":
+        if args.compare == "ga":
+            raise CLIError(f"--compare ga (GA's own C library) applies to the ga suite only, not {args.suite}")
+        return
+    if args.impl != "gpumpi":
+        raise CLIError(f"the ga suite measures gpumpi.ga (--impl gpumpi, not {args.impl}); "
+                       "--compare ga runs it on GA's own C library")  # fmt: skip
+    if args.compare not in (None, "ga"):
+        raise CLIError(f"the ga suite compares with GA's own C library only (--compare ga, not {args.compare})")
 
 
 def _validate_plot(args) -> None:
@@ -440,6 +474,8 @@ def _run_inner(args, sizes: list[int]) -> int:
         return _run_coll_inner(args, sizes)
     if args.suite == "rma":
         return _run_rma_inner(args, sizes)
+    if args.suite == "ga":
+        return _run_ga_inner(args, sizes)
     MPI = _import_mpi(args.impl, args)
     comm = MPI.COMM_WORLD
     rank, nranks = comm.Get_rank(), comm.Get_size()
@@ -520,6 +556,26 @@ def _run_rma_inner(args, sizes: list[int]) -> int:
         transports_env=_transports_env(args.impl),
     )  # fmt: skip
     return _emit(args, meta, rows)
+
+
+def _run_ga_inner(args, sizes: list[int]) -> int:
+    MPI = _import_mpi(args.impl, args)
+    comm = MPI.COMM_WORLD
+    rank, nranks = comm.Get_rank(), comm.Get_size()
+    progress = bench.stderr_progress(args.impl) if rank == 0 and not args.quiet else None
+    rows = bench.ga.run_ga(MPI, sizes, iters=args.iters, skip=args.skip, quick=args.quick, buffer=args.buffer,
+                           progress=progress)  # fmt: skip
+    if rank != 0:
+        return 0
+    meta = bench.ga.ga_metadata(MPI, args.impl, nranks=nranks, buffer=args.buffer, quick=args.quick,
+                                transport=args.transport, transports_env=_transports_env(args.impl))  # fmt: skip
+    return _emit(args, meta, rows)
+
+
+def _ga_reference_document(args, sizes: list[int]) -> dict:
+    """``--compare ga``: GA's C library on the same plans, in this (outer) process; never raises."""
+    log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    return bench.ga_reference(sizes, iters=args.iters, skip=args.skip, quick=args.quick, log=log)
 
 
 def _rma_skipped_document(args, impl: str, sizes: list[int], reason: str) -> dict:
@@ -676,12 +732,15 @@ def _run_outer(args, sizes: list[int] | None = None) -> int:
         for i, impl in enumerate(impls):
             path = os.path.join(tmp, f"{i}-{impl}.json")
             skip = bench.rma.device_skip_reason(impl, args.buffer) if args.suite == "rma" else None
-            cmd = None if skip else launch_command(impl, args.np, inner_argv(args, impl, path))
+            cmd = None if skip or impl == "ga" else launch_command(impl, args.np, inner_argv(args, impl, path))
             plans.append((impl, path, cmd, skip))
         docs, status = [], 0
         for impl, path, cmd, skip in plans:
             if skip:
                 docs.append(_rma_skipped_document(args, impl, sizes or [], skip))
+                continue
+            if impl == "ga":
+                docs.append(_ga_reference_document(args, sizes))
                 continue
             rc = subprocess.call(cmd, env=_child_env(args, impl))
             if not os.path.exists(path):
@@ -690,6 +749,10 @@ def _run_outer(args, sizes: list[int] | None = None) -> int:
             if rc != 0 and status == 0:
                 status = rc if rc > 0 else 1
             docs.append(bench.read_json(path))
+    if len(docs) == 2 and docs[1]["impl"] == "ga" and docs[1].get("skipped"):
+        reason = docs[1]["skipped"]
+        print(f"# --compare ga skipped: {reason}", flush=True)
+        docs = [{**docs[0], "compare": "ga", "compare_skipped": reason}]
     if len(docs) == 1:
         doc = docs[0]
         print(bench.format_table(doc["results"], doc), flush=True)

@@ -1,4 +1,4 @@
-"""Benchmark suites of ``gpumpi bench`` (L6): ``p2p``, ``pack``, ``p2p-matrix``, ``coll`` and ``rma``.
+"""Benchmark suites of ``gpumpi bench`` (L6): ``p2p``, ``pack``, ``p2p-matrix``, ``coll``, ``rma`` and ``ga``.
 
 Theory of operation
 ===================
@@ -7,7 +7,8 @@ first (so the same code measures ``gpumpi.MPI`` and ``mpi4py.MPI``), returns one
 per measurement on rank 0, and counts the bytes that arrived wrong; the functions that
 format those rows as tables and progress lines, and pair two implementations' rows
 for ``--compare``; and, at its end, ``SUITE``, a :class:`~gpumpi.bench._common.Suite`
-that names these functions and says which buffers and how many ranks the suite takes.
+that names these functions and says which buffers and how many ranks the suite takes
+(``ranks``: the one number it runs on, such as the ga suite's 4).
 :data:`SUITES` collects them by name; the ``gpumpi`` command (:mod:`gpumpi.cli`) reads
 it to validate a suite and its ``--sizes``, and the functions below dispatch on it, so
 a table of rows finds its suite by ``meta["suite"]`` or by the key only its rows have.
@@ -28,7 +29,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from . import coll, p2p, p2p_matrix, pack, plot, rma
+from . import coll, ga, p2p, p2p_matrix, pack, plot, rma
 from ._common import (
     BUFFER_KINDS,
     DEVICE_BUFFER_KINDS,
@@ -47,12 +48,14 @@ from ._common import check_buffer_kind as _check_buffer_kind
 from .report import metadata, read_json, write_csv, write_json
 
 #: The suites ``gpumpi bench`` knows, by name; :func:`suite_of` tries their ``row_key`` in this order.
-SUITES: dict[str, Suite] = {s.name: s for s in (p2p.SUITE, pack.SUITE, p2p_matrix.SUITE, coll.SUITE, rma.SUITE)}
+SUITES: dict[str, Suite] = {
+    s.name: s for s in (p2p.SUITE, pack.SUITE, p2p_matrix.SUITE, coll.SUITE, rma.SUITE, ga.SUITE)
+}
 
 __all__ = [
     "BUFFER_KINDS", "DEVICE_BUFFER_KINDS", "SUITES", "TRANSPORTS", "WINDOW", "BenchError", "Suite",
     "check_buffer_kind", "check_device_buffers", "check_transport", "coll", "compare_results", "cupy_status",
-    "device_count",
+    "device_count", "ga", "ga_reference",
     "format_compare_table", "format_progress", "format_table", "metadata", "p2p", "p2p_matrix", "pack",
     "pair_devices", "plot", "read_json", "rma", "stderr_progress", "suite_of", "transports_setting", "write_csv",
     "write_json",
@@ -117,7 +120,8 @@ def compare_results(rows: Sequence[dict], ref_rows: Sequence[dict]) -> list[dict
         makes it (p2p: :func:`~gpumpi.bench.p2p.compare_p2p_results`; pack:
         :func:`~gpumpi.bench.pack.compare_pack_results`; coll:
         :func:`~gpumpi.bench.coll.compare_coll_results`; rma:
-        :func:`~gpumpi.bench.rma.compare_rma_results`).
+        :func:`~gpumpi.bench.rma.compare_rma_results`; ga:
+        :func:`~gpumpi.bench.ga.compare_ga_results`).
 
     Raises:
         BenchError: the rows are of a suite without a comparison (p2p-matrix).
@@ -138,6 +142,15 @@ def format_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict) -> 
     """
     suite = _comparing(suite_of(merged, meta), "format_compare_table")
     return suite.format_compare_table(merged, meta, ref_meta)
+
+
+def ga_reference(sizes=None, *, iters=None, skip=None, quick=False, log=None) -> dict:
+    """The ``ga`` run of ``gpumpi bench ga --compare ga``: GA's own C library on the same plans
+    (:func:`gpumpi.bench._ga_ref.reference_document`; built on first use, so imported only here).
+    Never raises: where a step fails, the document has no results and ``skipped`` says why."""
+    from . import _ga_ref
+
+    return _ga_ref.reference_document(sizes, iters=iters, skip=skip, quick=quick, log=log)
 
 
 def stderr_progress(impl: str) -> Callable[[int, int, dict], None]:

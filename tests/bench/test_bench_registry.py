@@ -9,7 +9,7 @@ import pytest
 from benchtools import run
 
 from gpumpi import bench
-from gpumpi.bench import coll, p2p, p2p_matrix, pack, rma
+from gpumpi.bench import coll, ga, p2p, p2p_matrix, pack, rma
 
 
 def test_bench_module_imports_nothing_heavy():
@@ -20,11 +20,13 @@ def test_bench_module_imports_nothing_heavy():
 
 
 def test_every_suite_is_registered_under_its_name():
-    assert list(bench.SUITES) == ["p2p", "pack", "p2p-matrix", "coll", "rma"]
-    assert [bench.SUITES[n] for n in bench.SUITES] == [p2p.SUITE, pack.SUITE, p2p_matrix.SUITE, coll.SUITE, rma.SUITE]
+    assert list(bench.SUITES) == ["p2p", "pack", "p2p-matrix", "coll", "rma", "ga"]
+    assert [bench.SUITES[n] for n in bench.SUITES] == [p2p.SUITE, pack.SUITE, p2p_matrix.SUITE, coll.SUITE, rma.SUITE,
+                                                      ga.SUITE]  # fmt: skip
     for name, suite in bench.SUITES.items():
         assert suite.name == name
         assert suite.min_ranks >= 1
+        assert suite.ranks is None or suite.ranks >= suite.min_ranks
         assert suite.buffers and set(suite.buffers) <= set(bench.BUFFER_KINDS)
         assert (suite.compare_results is None) == (suite.format_compare_table is None)
     row_keys = [s.row_key for s in bench.SUITES.values() if s.row_key is not None]
@@ -40,6 +42,8 @@ def test_suite_of_reads_the_metadata_then_the_rows():
     assert bench.suite_of([], {"suite": "coll"}) is coll.SUITE
     assert bench.suite_of([{"rma": "put_lat", "size": 8}]) is rma.SUITE
     assert bench.suite_of([], {"suite": "rma"}) is rma.SUITE
+    assert bench.suite_of([{"ga": "section", "dim": 1}]) is ga.SUITE
+    assert bench.suite_of([], {"suite": "ga"}) is ga.SUITE
     assert bench.suite_of([], {"suite": "pack"}) is pack.SUITE
     assert bench.suite_of([], {"suite": "p2p-matrix"}) is p2p_matrix.SUITE
     assert bench.suite_of([{"test": "pack"}], {"suite": "p2p-matrix"}) is pack.SUITE  # registry order decides
