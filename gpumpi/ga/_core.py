@@ -704,96 +704,72 @@ def _device_view(mem, dt, shape):
     return mem[: n * dt.itemsize].view(dt).reshape(shape)
 
 
-def create(gtype, dims, name: str = "", chunk=None, pgroup: int = -1) -> int:
-    """Create a regularly distributed array (NGA_Create; ga4py ``create``). Collective."""
+def _make(setup) -> int:
+    """A new array: ``setup(handle)`` describes it (``set_*``), then it is allocated; 0 if
+    allocation was refused (memory limit); on any error the handle is forgotten."""
     h = create_handle()
     try:
-        set_data(h, dims, gtype)
-        set_array_name(h, name)
-        if chunk is not None:
-            set_chunk(h, chunk)
-        set_pgroup(h, pgroup if int(pgroup) >= 0 else S.default)
-        if not allocate(h):
-            S.arrays.pop(h, None)
-            return 0
+        setup(h)
+        if allocate(h):
+            return h
     except BaseException:
         S.arrays.pop(h, None)
         raise
-    return h
+    S.arrays.pop(h, None)
+    return 0
+
+
+def _described(gtype, dims, name, pgroup, chunk=None, width=None, block=None, map=None, memory=None):
+    """The ``setup`` of :func:`_make` for the ``create*`` family (and :class:`GlobalArray`)."""
+
+    def setup(h: int) -> None:
+        set_data(h, dims, gtype)
+        set_array_name(h, name)
+        if width is not None:
+            set_ghosts(h, width)
+        if chunk is not None:
+            set_chunk(h, chunk)
+        if block is not None or map is not None:
+            set_irreg_distr(h, map, block)
+        set_pgroup(h, pgroup if pgroup is not None and int(pgroup) >= 0 else S.default)
+        if memory is not None:
+            set_memory_dev(h, memory)
+
+    return setup
+
+
+def create(gtype, dims, name: str = "", chunk=None, pgroup: int = -1) -> int:
+    """Create a regularly distributed array (NGA_Create; ga4py ``create``). Collective."""
+    return _make(_described(gtype, dims, name, pgroup, chunk=chunk))
 
 
 def create_irreg(gtype, dims, block, map, name: str = "", pgroup: int = -1) -> int:
     """Create an irregularly distributed array (NGA_Create_irreg; ga4py ``create_irreg``). Collective."""
-    h = create_handle()
-    try:
-        set_data(h, dims, gtype)
-        set_array_name(h, name)
-        set_irreg_distr(h, map, block)
-        set_pgroup(h, pgroup if int(pgroup) >= 0 else S.default)
-        if not allocate(h):
-            S.arrays.pop(h, None)
-            return 0
-    except BaseException:
-        S.arrays.pop(h, None)
-        raise
-    return h
+    return _make(_described(gtype, dims, name, pgroup, block=block, map=map))
 
 
 def create_ghosts(gtype, dims, width, name: str = "", chunk=None, pgroup: int = -1) -> int:
     """Create a regular array with ghost layers (NGA_Create_ghosts). Collective."""
-    h = create_handle()
-    try:
-        set_data(h, dims, gtype)
-        set_array_name(h, name)
-        set_ghosts(h, width)
-        if chunk is not None:
-            set_chunk(h, chunk)
-        set_pgroup(h, pgroup if int(pgroup) >= 0 else S.default)
-        if not allocate(h):
-            S.arrays.pop(h, None)
-            return 0
-    except BaseException:
-        S.arrays.pop(h, None)
-        raise
-    return h
+    return _make(_described(gtype, dims, name, pgroup, chunk=chunk, width=width))
 
 
 def create_ghosts_irreg(gtype, dims, width, block, map, name: str = "", pgroup: int = -1) -> int:
     """Create an irregular array with ghost layers (NGA_Create_ghosts_irreg). Collective."""
-    h = create_handle()
-    try:
-        set_data(h, dims, gtype)
-        set_array_name(h, name)
-        set_ghosts(h, width)
-        set_irreg_distr(h, map, block)
-        set_pgroup(h, pgroup if int(pgroup) >= 0 else S.default)
-        if not allocate(h):
-            S.arrays.pop(h, None)
-            return 0
-    except BaseException:
-        S.arrays.pop(h, None)
-        raise
-    return h
+    return _make(_described(gtype, dims, name, pgroup, width=width, block=block, map=map))
 
 
 def duplicate(g_a, name: str = "") -> int:
     """A new array with ``g_a``'s type, shape, distribution, ghosts, group and memory; its
     contents are not copied (GA_Duplicate). Collective."""
     a = _arr(g_a, "duplicate")
-    h = create_handle()
-    b = S.arrays[h]
-    try:
+
+    def setup(h: int) -> None:
+        b = S.arrays[h]
         b.name, b.gtype, b.dtype, b.dims = str(name), a.gtype, a.dtype, a.dims
         b.chunk, b.ghosts, b.group, b.memory = a.chunk, a.ghosts, a.group, a.memory
-        lay = a.layout
-        b.irreg = (lay.grid, tuple(itertools.chain.from_iterable(lay.starts)))
-        if not allocate(h):
-            S.arrays.pop(h, None)
-            return 0
-    except BaseException:
-        S.arrays.pop(h, None)
-        raise
-    return h
+        b.irreg = (a.layout.grid, tuple(itertools.chain.from_iterable(a.layout.starts)))
+
+    return _make(setup)
 
 
 def destroy(g_a) -> None:
@@ -1812,7 +1788,7 @@ def _sync_out() -> None:
 
 # -- mutexes
 class _Mutexes:
-    __slots__ = ("n", "win", "held", "comm", "words", "group")
+    __slots__ = ("n", "win", "held", "comm", "group")
 
     def __init__(self, n: int, group: _Group) -> None:
         comm = group.comm
@@ -1821,7 +1797,6 @@ class _Mutexes:
         self.n = n
         self.comm = comm
         size = comm.Get_size()
-        self.words = -(-n // size)
         mine = sum(1 for m in range(n) if m % size == comm.Get_rank())
         self.win = MPI.Win.Allocate(8 * mine, 8, comm=comm)
         mem = np.frombuffer(self.win.tomemory(), np.int64) if mine else None
@@ -1876,7 +1851,7 @@ def lock(mutex) -> None:
     mx, m, owner, disp = _mutex(mutex, "lock")
     if m in mx.held:
         raise GAError(f"lock: mutex {m} is already locked by this process")
-    _take(mx.win, owner, disp, _default_of(mx), "lock")
+    _take(mx.win, owner, disp, mx.group, "lock")
     mx.held.add(m)
 
 
@@ -1886,14 +1861,10 @@ def unlock(mutex) -> None:
     if m not in mx.held:
         raise GAError(f"unlock: mutex {m} is not locked by this process")
     mx.win.Flush_all()  # what was written under the mutex is complete before the next holder reads
-    prev = _give(mx.win, owner, disp, _default_of(mx))
+    prev = _give(mx.win, owner, disp, mx.group)
     mx.held.discard(m)
     if prev != mx.comm.Get_rank() + 1:
         raise GAError(f"unlock: mutex {m} was held by {prev - 1}, not by this process")
-
-
-def _default_of(mx) -> _Group:
-    return mx.group
 
 
 # --- memory limits ----------------------------------------------------------------------------

@@ -44,25 +44,12 @@ class GlobalArray:
         dt = _core.dtype(dtype)
         code = int(dtype) if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool) else \
             _core._CODES[dt]
-        h = _core.create_handle()
-        try:
-            _core.set_data(h, dims, code)
-            _core.set_array_name(h, name)
-            if chunk is not None:
-                _core.set_chunk(h, chunk)
-            if ghosts is not None:
-                _core.set_ghosts(h, ghosts)
-            if (block is None) != (map is None):
-                raise ValueError("GlobalArray: an irregular distribution needs both block and map")
-            if block is not None:
-                _core.set_irreg_distr(h, map, block)
-            _core.set_pgroup(h, pgroup if int(pgroup) >= 0 else _core.pgroup_get_default())
-            _core.set_memory_dev(h, memory)
-            if not _core.allocate(h):
-                raise MemoryError(f"GlobalArray: allocation of {list(dims)} {dt} refused (memory limit)")
-        except BaseException:
-            _core.S.arrays.pop(h, None)
-            raise
+        if (block is None) != (map is None):
+            raise ValueError("GlobalArray: an irregular distribution needs both block and map")
+        h = _core._make(_core._described(code, dims, name, pgroup, chunk=chunk, width=ghosts, block=block, map=map,
+                                         memory=memory))
+        if not h:
+            raise MemoryError(f"GlobalArray: allocation of {list(dims)} {dt} refused (memory limit)")
         self._h = h
 
     @classmethod

@@ -101,13 +101,8 @@ def _tname(a) -> str:
     return _TYPE_NAMES.get(a.gtype, str(a.dtype))
 
 
-def _host(x):
-    """``x`` as a NumPy array (a device array is copied to the host)."""
-    if isinstance(x, np.ndarray):
-        return x
-    if hasattr(x, "get"):
-        return x.get()
-    return np.asarray(x)
+#: ``x`` as a NumPy array (a device array is copied to the host)
+_host = _core._to_host
 
 
 def _as_xp(x, xp):
