@@ -9,7 +9,17 @@ initialisation and passes values down.  :func:`reload` re-reads the environment
 Variables
 ---------
 GPUMPI_RANK, GPUMPI_SIZE, GPUMPI_LOCAL_RANK, GPUMPI_LOCAL_SIZE
-    Set by the launcher; absent for a singleton (a world of size 1).
+    Set by the launcher; absent for a singleton (a world of size 1).  Under an MPI launcher
+    (``mpiexec``, ``srun``: found by ``PMI_RANK``, ``PMIX_RANK``, ``OMPI_COMM_WORLD_RANK`` or
+    an ``srun`` step's ``SLURM_STEP_ID``) rank, size and nodes come from mpi4py instead.
+GPUMPI_SIM_NODES      under an MPI launcher: group the ranks into this many pretend nodes
+                      (contiguous blocks of ranks) instead of the real ones, so that ranks on
+                      one machine talk through the ``mpi`` transport as if on other nodes
+                      (default 0: the real nodes, ``COMM_TYPE_SHARED``).
+GPUMPI_MPI_CHUNK      bytes per message of a large transfer through the ``mpi`` transport
+                      (default 4 MiB; device data is staged through host buffers of this size).
+GPUMPI_MPI_CUDA       auto (default), 1 or 0: whether the MPI library takes device pointers
+                      (auto: asks it, ``MPIX_Query_cuda_support``); 0 stages device data.
 GPUMPI_JOB_ID         32 hex digits (128 random bits), set by the launcher.
 GPUMPI_JOB_FD         file descriptor of the job segment (inherited from the launcher).
 GPUMPI_LAUNCHER_PID   the launcher's pid; ranks exit when it dies.
@@ -36,9 +46,10 @@ GPUMPI_STREAM_MODE    safe (default): device operations are ordered after the pr
                       synchronizes before sending).
 GPUMPI_TRANSPORTS     transport choice per memory kind, in order of preference, e.g.
                       "device:staging" (every device message through host staging) or
-                      "host:self+cma+shm,device:self+cuda_ipc+staging" (the default).
-                      Kinds: host (self, cma, shm), device (self, cuda_ipc, staging); the
-                      last of each is always kept as the last resort.
+                      "host:self+cma+mpi+shm,device:self+cuda_ipc+mpi+staging" (the default).
+                      Kinds: host (self, cma, mpi, shm), device (self, cuda_ipc, mpi, staging);
+                      the last of each is always kept as the last resort, and ``mpi`` (ranks
+                      on other nodes only) always before it.
 GPUMPI_DEVICE         auto (default), sim, or none.
 GPUMPI_ASYNC_PROGRESS 1: start a progress thread.
 GPUMPI_FASTPATH       auto (default), on or off: the compiled small-message path
@@ -90,10 +101,37 @@ class Config:
     pickle_protocol: int | None = None
     pickle_threshold: int = 262144
     coll_algorithms: tuple = ()  # ((collective, algorithm), ...) from GPUMPI_COLL_ALGORITHM
+    mpi_env: str = ""  # the MPI launcher's variable this process was started with ("": none)
+    sim_nodes: int = 0
+    mpi_chunk: int = 4 << 20
+    mpi_cuda: str = "auto"
 
     @property
     def launched(self) -> bool:
         return self.job_fd >= 0
+
+    @property
+    def under_mpi(self) -> bool:
+        """Started by an MPI launcher (and not by gpumpirun): the mpi4py bootstrap."""
+        return not self.launched and bool(self.mpi_env)
+
+
+#: variables an MPI launcher sets in every rank's environment (MPICH/Intel hydra, PMIx launchers,
+#: Open MPI); an ``srun`` step is told by ``SLURM_STEP_ID`` (not the batch or extern step)
+_MPI_ENV = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+_SLURM_NOT_STEPS = ("4294967290", "4294967291", "4294967292", "4294967293", "4294967294", "4294967295",
+                    "batch", "extern", "interactive")
+
+
+def mpi_launcher(env) -> str:
+    """The variable telling that an MPI launcher started this process ("" when none did)."""
+    for name in _MPI_ENV:
+        if env.get(name, "") != "":
+            return name
+    step = env.get("SLURM_STEP_ID", "")
+    if step and step not in _SLURM_NOT_STEPS and env.get("SLURM_PROCID", "") != "":
+        return "SLURM_STEP_ID"
+    return ""
 
 
 def _int(env, name: str, default: int) -> int:
@@ -176,7 +214,22 @@ def _read(env) -> Config:
         pickle_protocol=_int(env, "MPI4PY_PICKLE_PROTOCOL", 0) if env.get("MPI4PY_PICKLE_PROTOCOL") else None,
         pickle_threshold=_int(env, "MPI4PY_PICKLE_THRESHOLD", 262144),
         coll_algorithms=parse_coll_algorithms(env.get("GPUMPI_COLL_ALGORITHM", "")),
+        mpi_env=mpi_launcher(env),
+        sim_nodes=max(0, _int(env, "GPUMPI_SIM_NODES", 0)),
+        mpi_chunk=max(65536, _int(env, "GPUMPI_MPI_CHUNK", 4 << 20)),
+        mpi_cuda=_mpi_cuda(env.get("GPUMPI_MPI_CUDA", "")),
     )
+
+
+def _mpi_cuda(v: str) -> str:
+    v = (v or "auto").strip().lower()
+    if v in ("1", "on", "yes", "true"):
+        return "1"
+    if v in ("0", "off", "no", "false"):
+        return "0"
+    if v == "auto":
+        return v
+    raise ValueError(f"gpumpi: GPUMPI_MPI_CUDA must be auto, 1 or 0 ({v!r})")
 
 
 def parse_coll_algorithms(text: str) -> tuple:
@@ -201,17 +254,19 @@ def parse_coll_algorithms(text: str) -> tuple:
 
 #: the transports of each memory kind, in the default order of preference; the last of each
 #: kind reaches every peer (it pushes the data), so every list ends with it
-TRANSPORTS = {"host": ("self", "cma", "shm"), "device": ("self", "cuda_ipc", "staging")}
+TRANSPORTS = {"host": ("self", "cma", "mpi", "shm"), "device": ("self", "cuda_ipc", "mpi", "staging")}
 _LAST = {k: v[-1] for k, v in TRANSPORTS.items()}
 
 
 def parse_transports(text: str) -> dict:
     """``GPUMPI_TRANSPORTS`` as ``{kind: names in order of preference}`` (defaults for kinds not named).
 
-    ``"device:staging"`` gives ``{"host": ("self", "cma", "shm"), "device": ("staging",)}``;
-    names of one kind are joined by ``+`` (or given as repeated ``kind:name`` items).  Each
-    list ends with the transport that reaches every peer (``shm`` for host memory,
-    ``staging`` for device memory), added if not named.
+    ``"device:staging"`` gives ``{"host": ("self", "cma", "mpi", "shm"), "device": ("mpi",
+    "staging")}``; names of one kind are joined by ``+`` (or given as repeated ``kind:name``
+    items).  Each list ends with the transport that reaches every peer of the node (``shm``
+    for host memory, ``staging`` for device memory), added if not named; ``mpi``, the only
+    one that reaches ranks on other nodes (and reaches no rank of this node), is always
+    kept, before it.
     """
     named: dict = {}
     for item in text.replace(";", ",").split(","):
@@ -232,12 +287,17 @@ def parse_transports(text: str) -> dict:
                 lst.append(name)
     out = {k: tuple(named.get(k) or v) for k, v in TRANSPORTS.items()}
     for k, last in _LAST.items():
-        if out[k][-1] != last:
-            out[k] = (*[n for n in out[k] if n != last], last)
+        rest = [n for n in out[k] if n not in (last, "mpi")]
+        out[k] = (*rest, "mpi", last)
     return out
 
 
 _cached: list = [None]
+
+
+def set_current(cfg: Config) -> None:
+    """Make ``cfg`` the configuration :func:`get` returns (the MPI bootstrap's rank and size)."""
+    _cached[0] = cfg
 
 
 def get() -> Config:

@@ -202,3 +202,4 @@ def adopt(ns: dict) -> None:
         return os.path.join(real_dir, "include")
 
     ns["get_include"] = get_include
+

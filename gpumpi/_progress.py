@@ -59,7 +59,7 @@ from .errors import (
     ERR_TYPE,
     SUCCESS,
 )
-from .ipc.base import DEVICE, HOST, WRITE, PeerGone, address_of, pick
+from .ipc.base import DEVICE, DIRECT, HOST, WRITE, PeerGone, address_of, pick
 from .ipc.jobseg import FINALIZED, FINALIZING, QUIESCENT
 
 _sched_yield = os.sched_yield
@@ -91,6 +91,8 @@ class Xfer:
         "cancel_fn",  # joint operations only (left unset elsewhere): what MPI_Cancel does to them
         "msig",  # receive: the signature code of the message it matched (0: untyped)
         "nosplit",  # receive: never split the copy with the sender (it is busy: a collective exchange)
+        "want",  # send: bytes the receiver asked for through a direct region (-1: push through frames)
+        "pend",  # a direct region's transfer in progress (its ``test()`` says when this side is done)
     )
 
     def __init__(self, kind: int) -> None:
@@ -117,6 +119,8 @@ class Xfer:
         self.dev = None
         self.ondev = False  # receive: the data was written into the device destination itself
         self.nosplit = False
+        self.want = -1
+        self.pend = None
 
 
 class Arrival:
@@ -160,6 +164,11 @@ class Engine:
         self.sends: dict = {}
         self.pulls: dict = {}
         self.pushing: list = []
+        self.direct: list = []  # operations whose bytes a direct region moves (``pend``)
+        # ranks of other nodes (an MPI launcher's job): their frames are not in the rings, so the
+        # compiled waits, which watch the rings only, never wait for them
+        self.far = frozenset(getattr(world, "far", ()))
+        self.farframes = getattr(self.tr, "far", None)
         # collective runs whose round completed (collectives._execute): advanced at the end of a
         # pass, outside the frame handlers that completed their operations
         self.ready: list = []
@@ -416,13 +425,13 @@ class Engine:
 
         out, inc = tr.ring_addresses()
         seg = self.seg
-        tab = [tr.out[0].size, address_of(seg.q) + 24 if seg is not None else 0, len(tr.peers_in)]
+        tab = [tr.out[self.rank].size, address_of(seg.q) + 24 if seg is not None else 0, len(tr.peers_in)]
         for p in tr.peers_in:
             tab += [inc[p], p]
         self.ftab = np.array(tab, dtype=np.int64)
         self.fout = np.zeros(4, dtype=np.int64)
         self.fring = out
-        self.fsize = tr.out[0].size
+        self.fsize = tr.out[self.rank].size
         self.ftab_a, self.fout_a = self.ftab.ctypes.data, self.fout.ctypes.data  # for rounds (addresses)
         self.fsend, self.fwait, self.frecv, self.frounds = send, wait, recv, rounds
 
@@ -448,7 +457,7 @@ class Engine:
         """Whether a new blocking receive on ``ctx`` is served by the next matching frame alone:
         no receive posted or message waiting on ``ctx`` (they come first in MPI order), and no
         duty for a progress pass (queued frames, pushes, collective rounds, failed peers)."""
-        if self.tr.nbacklog or self.pushing or self.ready or self.failed:
+        if self.tr.nbacklog or self.pushing or self.ready or self.failed or self.direct:
             return False
         q = self.matcher._ctx.get(ctx)
         return q is None or not (q.posted or q.unexpected)
@@ -476,19 +485,25 @@ class Engine:
         q = self.matcher._ctx.get(ctx)
         if q is not None and (q.posted or q.unexpected):
             return None
+        if self.far and (wpeer < 0 or wpeer in self.far or self.direct):
+            return None  # the message, or a duty meanwhile, comes through another transport
         if not self.typecheck:
             sig = 0
         if _threads():
             return self._recv_fast_shared(fr, source, wpeer, tag, ctx, addr, cap, sig)
         out = self.fout  # the only thread: the engine's own result array
         big = cap > self.eager_limit
-        rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, 1 if big else self.spin_first, self.epoch, out)
+        far = self.farframes
+        rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap,
+                1 if big else self.spin_next if far is not None else self.spin_first, self.epoch, out)
         if rc == _GOT:
             return out
         if big:  # room for a rendezvous message: post now, so the receive is matched as soon as it comes
             return None
         spins = 0
         while rc == _EMPTY:  # nothing yet: back off between short spins (oversubscribed cores)
+            if far is not None and far.arrived():
+                return None  # a frame from another node: the general path serves it in order
             spins += 1
             self.backoff(spins + 50)
             if _threads():
@@ -513,6 +528,8 @@ class Engine:
             if rc == _GOT:
                 return out
             if rc != _EMPTY or cap > self.eager_limit:  # (room for a rendezvous: post it now, see recv_fast)
+                return None
+            if self.farframes is not None and self.farframes.arrived():
                 return None
             self.fwait(tab, budget, self.epoch)  # GIL released, lock free: then look again under it
             spins += 1
@@ -578,7 +595,18 @@ class Engine:
         wants_device = x.dev is not None
         plan = P.rts_plan(offer is not None, region is not None,
                           region is not None and bool(region.caps & WRITE) and region.proven and peer != self.rank,
-                          take, 0 if x.nosplit else self.split_min)
+                          take, 0 if x.nosplit else self.split_min, region is not None and bool(region.caps & DIRECT))
+        if plan == P.DIRECT:  # post the receive into the destination, then ask for exactly ``take`` bytes
+            dst = (x.dev[0], self._dev_addr(x, take), self._recv_stream(x, x.dev[0])) if wants_device \
+                else self._host_addr(x, take)
+            x.pend = region.recv_into(peer, msgid, dst, take)
+            x.ondev = wants_device
+            x.got, x.nbytes, x.peer, x.msgid = 0, take, peer, msgid
+            x.state = P.step(P.RECV, x.state, plan)
+            self.pulls[(peer, msgid)] = x
+            self.direct.append(x)
+            self.tr.send(peer, P.CTS, P.FLAG_DIRECT, 0, ctx, 0, take, msgid)
+            return
         if plan == P.SPLIT:
             addr = self._host_addr(x, take)
             head = P.split_head(take)
@@ -761,6 +789,8 @@ class Engine:
     def _on_cts(self, peer: int, hdr, payload) -> None:
         x = self.sends[hdr[7]]
         x.state = P.step(P.SEND, x.state, "cts")
+        if hdr[2] & P.FLAG_DIRECT:  # send ``nbytes`` through the region that offered
+            x.want = hdr[6]
         if x.state == P.PUSHING:
             del self.sends[hdr[7]]
             self._start_push(x)
@@ -789,6 +819,16 @@ class Engine:
 
     # --- pushing ----------------------------------------------------------------------------
     def _start_push(self, x: Xfer) -> None:
+        if x.want >= 0:  # the receiver posted its receive: the offering region sends
+            if x.bufs is None:
+                ad = x.dev[0]
+                s = self.copy_stream(ad)
+                src = (ad, self._ordered(x, s), s)
+            else:
+                src = x.segs
+            x.pend = x.region.send_from(x.peer, x.msgid, src, x.want)
+            self.direct.append(x)
+            return
         if x.bufs is None:  # device memory: the staging pipeline
             x.got = 0
             self.pushing.append(x)
@@ -798,6 +838,23 @@ class Engine:
         x.push_next = next(x.push_iter, b"")
         x.arrival = _UNSET  # look-ahead slot: the chunk after push_next
         self.pushing.append(x)
+
+    def _advance_direct(self) -> int:
+        """Test the transfers of direct regions; complete those done (on this side)."""
+        n = 0
+        for x in list(self.direct):
+            if not x.pend.test():
+                continue
+            n += 1
+            self.direct.remove(x)
+            x.pend = None
+            if x.kind == SEND:
+                x.state = P.step(P.SEND, x.state, "pushed")
+            else:
+                del self.pulls[(x.peer, x.msgid)]
+                x.state = P.step(P.RECV, x.state, "direct_done")
+            self._finish(x)
+        return n
 
     def _push(self) -> None:
         tr = self.tr
@@ -864,6 +921,8 @@ class Engine:
         n = tr.poll(self._on_frame)
         if self.pushing:
             self._push()
+        if self.direct:
+            n += self._advance_direct()
         if tr.nbacklog:
             done = tr.flush()
             n += len(done)
@@ -881,7 +940,7 @@ class Engine:
     def quiet(self) -> bool:
         """True when a progress pass would do nothing now (no frame arrived, nothing queued or
         pushing, no collective round ready, no new failure): ``Iprobe`` and ``Test`` then skip it."""
-        if self.tr.nbacklog or self.pushing or self.ready:
+        if self.tr.nbacklog or self.pushing or self.ready or self.direct:
             return False
         seg = self.seg
         if seg is not None and seg.q[3] != self.epoch:
@@ -916,7 +975,7 @@ class Engine:
                 return
             spins = 1 if moved else spins + 1  # backing off (and sleeping) is for idle passes only
             fw = self.fwait
-            if fw is not None and not (self.tr.nbacklog or self.pushing or self.ready):
+            if fw is not None and not (self.tr.nbacklog or self.pushing or self.ready or self.direct or self.far):
                 fw(self.ftab, self.spin_first if spins == 1 else self.spin_next, self.epoch)
                 if not self.crowded:
                     if spins > 1:
@@ -965,7 +1024,7 @@ class Engine:
     def _on_failures(self) -> None:
         seg = self.seg
         self.epoch = seg.q[3]
-        new = set(seg.failed_ranks()) - self.failed
+        new = self.world.failed_ranks() - self.failed
         if new:
             self._fail_peers(new)
 
@@ -984,6 +1043,12 @@ class Engine:
         for x in list(self.pushing):
             if x.peer in new:
                 self.pushing.remove(x)
+                self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.peer})")
+        for x in list(self.direct):
+            if x.peer in new:
+                self.direct.remove(x)
+                if x.kind == RECV:
+                    self.pulls.pop((x.peer, x.msgid), None)
                 self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.peer})")
         self.staging.reclaim(new)  # slots handed to the dead stay theirs forever otherwise
         for p in new:
@@ -1009,8 +1074,7 @@ class Engine:
     def _publish(self, state: int) -> None:
         if state > self.fin_state:
             self.fin_state = state
-            if self.seg is not None:
-                self.seg.set_state(self.rank, state)
+            self.world.publish(state)
 
     def finalize_step(self) -> bool:
         """One pass of MPI_Finalize's wait (under the lock); True once this rank's part in every
@@ -1023,7 +1087,7 @@ class Engine:
         seg = self.seg
         # the peers' states first, then drain the rings: what a peer wrote before it
         # published its state is read in this pass
-        states = seg.states() if seg is not None else [self.fin_state]
+        states = self.world.states() if seg is not None else [self.fin_state]
         while self.progress():
             pass
         failed = self.failed
@@ -1043,15 +1107,20 @@ class Engine:
         for key, x in list(self.pulls.items()):
             if states[key[0]] >= FINALIZED:
                 del self.pulls[key]
+                if x in self.direct:
+                    self.direct.remove(x)
                 self._fail(x, ERR_OTHER, f"{x.call}: rank {key[0]} finalized before its message arrived")
         idle = self.tr.idle()
         if idle and not self.pulls and next(self.matcher.posted_items(), None) is None:
             self._publish(QUIESCENT)
-        return idle and not self.sends and not self.pushing and not self.pulls
+        return idle and not self.sends and not self.pushing and not self.pulls and not self.direct
 
     def finalized(self) -> None:
-        """Tell the peers this rank left Finalize: it reads nothing any more."""
+        """Tell the peers this rank left Finalize: it reads nothing any more (and give the MPI
+        library back what the frames between nodes hold, before it finalizes)."""
         self._publish(FINALIZED)
+        if self.farframes is not None:
+            self.farframes.close()
 
     def close(self) -> None:
         self.closed = True

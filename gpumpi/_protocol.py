@@ -34,7 +34,14 @@ WRT      receiver -> sender: matched a large message; write its tail
          receiver reads the head: two cores copy at once
 WDONE    sender -> receiver: the tail is written (flag FAILED: it is not;
          the receiver reads it itself)
+STATE    a rank's finalize state word (``nbytes``), for peers that share no job
+         segment with it (other nodes): handled by the frame transport itself
 ======== ==================================================================
+
+A *direct* region (capability ``DIRECT``: the ``mpi`` transport between nodes) moves
+data two-sided: the receiver posts its receive into the destination, then answers CTS
+with ``FLAG_DIRECT`` and the byte count it takes; the sender then sends that many bytes
+through the region and completes when they are gone, the receiver when they arrived.
 
 Send states (``SEND``)::
 
@@ -49,6 +56,7 @@ Send states (``SEND``)::
                                      CANCELLING_ACKED -not_cancelled-> DONE
                                      CANCELLING -cts-> CANCELLING_CTS
                                      CANCELLING_CTS -not_cancelled-> PUSHING
+    direct (CTS with FLAG_DIRECT)  : PUSHING -pushed-> DONE   (the region sent the bytes)
     split (large, both sides copy) : WAIT_ACK -write-> WAIT_ACK   (tail written, WDONE sent)
                                      CANCELLING -write-> CANCELLING
 
@@ -58,6 +66,7 @@ Receive states (``RECV``)::
     POSTED -rts_read-> DONE          (receiver copied the data itself, sends ACK)
     POSTED -rts_push-> PULLING -data_last-> DONE   (sent CTS; chunks arrive)
     POSTED -rts_split-> SPLITTING -wdone-> DONE    (sent WRT, read the head; ACK on WDONE)
+    POSTED -rts_direct-> PULLING -direct_done-> DONE (posted the region's receive, sent CTS)
     POSTED -cancel-> CANCELLED
     any non-final -fail-> FAILED
 
@@ -73,12 +82,13 @@ from __future__ import annotations
 import struct
 
 # --- frame kinds and flags -------------------------------------------------------------
-EAGER, RTS, ACK, CTS, DATA, CANCEL, CREPLY, WRT, WDONE = 1, 2, 3, 4, 5, 6, 7, 8, 9
+EAGER, RTS, ACK, CTS, DATA, CANCEL, CREPLY, WRT, WDONE, STATE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 FLAG_SYNC = 1  # EAGER: receiver must ACK on match
 FLAG_OFFER = 2  # RTS: the payload is a region offer: the offering transport's byte, then its body
 FLAG_CANCELLED = 4  # CREPLY: the message was withdrawn
 FLAG_LAST = 8  # DATA: final chunk
 FLAG_FAILED = 16  # WDONE: the sender could not write the tail
+FLAG_DIRECT = 32  # CTS: send ``nbytes`` through the region that offered (its two-sided channel)
 FLAG_SLAB = 64  # DATA: no payload; the chunk is in slot ``tag`` of the sender's staging slab, ``nbytes`` long
 #: WRT payload: receiver address for the tail, the tail's byte offset in the message.
 WRT_BODY = struct.Struct("<QQ")
@@ -126,6 +136,8 @@ RECV = {
     (POSTED, "rts_read"): DONE,
     (POSTED, "rts_push"): PULLING,
     (PULLING, "data_last"): DONE,
+    (POSTED, "rts_direct"): PULLING,
+    (PULLING, "direct_done"): DONE,
     (POSTED, "rts_split"): SPLITTING,
     (SPLITTING, "wdone"): DONE,
     (POSTED, "cancel"): CANCELLED,
@@ -153,19 +165,23 @@ def send_plan(nbytes: int, eager_limit: int, mode: int) -> str:
     return "eager_sync" if mode == SYNCHRONOUS else "eager"
 
 
-READ, SPLIT, PUSH = "rts_read", "rts_split", "rts_push"
+READ, SPLIT, PUSH, DIRECT = "rts_read", "rts_split", "rts_push", "rts_direct"
 
 
-def rts_plan(offered: bool, takeable: bool, writable: bool, nbytes: int, split_min: int) -> str:
+def rts_plan(offered: bool, takeable: bool, writable: bool, nbytes: int, split_min: int,
+             direct: bool = False) -> str:
     """How a matched request-to-send of ``nbytes`` (to be received) moves.
 
     ``offered``: the sender offered a region; ``takeable``: a transport here reaches the
     sender and knows the offer; ``writable``: that transport can also write into our
     memory and has proven it works (and the sender is another process);
-    ``split_min``: the smallest message worth two copying cores (0: never).
+    ``split_min``: the smallest message worth two copying cores (0: never); ``direct``: the
+    offering transport moves data two-sided (the receiver posts, then answers CTS).
     """
     if not (offered and takeable):
         return PUSH
+    if direct:
+        return DIRECT
     if writable and split_min and nbytes >= split_min:
         return SPLIT
     return READ

@@ -62,20 +62,23 @@ def init(required: int = THREAD_MULTIPLE) -> None:
         from ._bootstrap import attach
         from ._progress import Engine
 
-        cfg = _config.get()
-        world = attach(cfg)
-        if cfg.launched:
+        world = attach(_config.get())
+        cfg = world.cfg  # under an MPI launcher: with the rank and size mpi4py gave
+        if cfg.launched or world.mpi is not None:
             _install_rank_hooks(cfg.rank, cfg.faulthandler)
         from ._device import set_device_mode
 
         set_device_mode(cfg.device)
-        SEG = world.seg
+        SEG = world.seg if world.mpi is None else None  # abort: the launcher's way (mpi: MPI_Abort)
         ENGINE = Engine(world)
         _state["initialized"] = True
         _state["finalized"] = False
         _state["thread_level"] = int(required) if int(required) <= THREAD_MULTIPLE else THREAD_MULTIPLE
         _state["main"] = threading.get_ident()
         set_abort_hook(abort)
+        if world.mpi is not None:  # finalize before mpi4py finalizes MPI (its exit handler came later)
+            atexit.unregister(_atexit)
+            atexit.register(_atexit)
     for fn in _init_hooks:
         fn(ENGINE)
 
@@ -155,6 +158,9 @@ def abort(code: int = 1, message: str | None = None) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
+        eng = ENGINE
+        if eng is not None and eng.world.mpi is not None:  # under an MPI launcher: its abort ends the job
+            eng.world.mpi[0].COMM_WORLD.Abort(code)
         os._exit(code & 0xFF)
 
 
@@ -168,7 +174,10 @@ def _install_rank_hooks(rank: int, dump_on_usr1: bool) -> None:
         sys.stderr.write("".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n")))
         sys.stderr.flush()
         _state["skip_finalize"] = True
-        os._exit(1)
+        eng = ENGINE
+        if eng is not None and eng.world.mpi is not None:  # under an MPI launcher, MPI_Abort ends the job
+            eng.world.mpi[0].COMM_WORLD.Abort(1)
+        os._exit(1)  # gpumpirun ends the other ranks
 
     sys.excepthook = hook
     if not dump_on_usr1:
@@ -193,10 +202,12 @@ atexit.register(_atexit)
 
 
 def node_of(world_rank: int) -> int:
-    """The node (shared-memory domain) of a world rank, numbered from 0.  Every rank of a job
-    started by gpumpirun, a singleton or ``run_ranks`` runs on one node; ranks on several
-    nodes arrive with the mpi4py bootstrap (issue 16)."""
-    return 0
+    """The node (shared-memory domain) of a world rank, numbered from 0 in the order of the
+    nodes' lowest ranks.  Every rank of a job started by gpumpirun, a singleton or
+    ``run_ranks`` runs on node 0; under an MPI launcher the nodes are mpi4py's
+    (``COMM_TYPE_SHARED``), or ``GPUMPI_SIM_NODES`` pretend ones."""
+    eng = ENGINE
+    return eng.world.node[world_rank] if eng is not None else 0
 
 
 def query_gpu_support() -> dict:

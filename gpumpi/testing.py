@@ -31,6 +31,16 @@ On failure :class:`RanksFailed` (an ``AssertionError``) carries one section per
 rank: its status and either its traceback or its stack at teardown.  If ranks
 call ``pytest.skip`` and none fails, the test is skipped.
 
+Under an MPI launcher instead (:func:`run_mpiexec`; every ``run_ranks`` when
+``GPUMPI_TEST_MPIEXEC`` is set, its value the number of pretend nodes, ``GPUMPI_SIM_NODES``):
+``fn`` is pickled by reference (a module-level function of an importable module: a test
+module is, with the parent's ``sys.path``) and MPICH's ``mpiexec`` from pip starts ``n``
+Python processes that bootstrap from mpi4py.  Each writes its result to a file of a private
+temporary directory; a rank that raises writes its traceback and aborts the job
+(``MPI_Abort``: the launcher ends the others); every rank dumps its stack to a file shortly
+before the deadline, and at the deadline the launcher's process group is killed.  So the
+same test bodies run over the node's rings and over the ``mpi`` transport between nodes.
+
 :class:`SimDeviceArray` is a minimal device array on the simulated device
 (:func:`gpumpi._device.sim_adapter`): gpumpi treats it as device memory, so the
 device paths run without a GPU.
@@ -41,9 +51,12 @@ from __future__ import annotations
 import faulthandler
 import os
 import pickle
+import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -52,7 +65,7 @@ from . import _config
 from ._device.simarray import SimDeviceArray
 from ._job import Job, Outcome, RankState
 
-__all__ = ["run_ranks", "RanksFailed", "RankReport", "WORLD_SIZES", "parametrize_world", "SimDeviceArray",
+__all__ = ["run_ranks", "run_mpiexec", "RanksFailed", "RankReport", "WORLD_SIZES", "parametrize_world", "SimDeviceArray",
            "DLPackOnly"]
 
 #: world sizes multi-rank tests run at (3: bugs that only show with non-powers of two)
@@ -129,6 +142,14 @@ def _rank_main(rank: int, fn, args, kwargs, result_fds: list[int], dump_fds: lis
         if r != rank:
             os.close(fd)  # else a pipe would reach EOF only when every rank has exited
     faulthandler.register(signal.SIGUSR1, file=dump_fds[rank], all_threads=True, chain=False)
+    code, data = _outcome(rank, fn, args, kwargs)
+    _write_all(result_fds[rank], data)
+    os.close(result_fds[rank])
+    return code
+
+
+def _outcome(rank: int, fn, args, kwargs) -> tuple:
+    """Run ``fn`` on this rank, then finalize: ``(exit status, pickled (kind, detail))``."""
     code = 0
     try:
         payload = ("ok", fn(*args, **kwargs))
@@ -160,9 +181,7 @@ def _rank_main(rank: int, fn, args, kwargs, result_fds: list[int], dump_fds: lis
     except BaseException as e:
         code = 1
         data = pickle.dumps(("error", f"run_ranks: the result of rank {rank} is not picklable ({e!r})"))
-    _write_all(result_fds[rank], data)
-    os.close(result_fds[rank])
-    return code
+    return code, data
 
 
 def _dump_text(f) -> str:
@@ -242,6 +261,9 @@ def run_ranks(
         raise ValueError(f"run_ranks: n must be an integer >= 1 ({n!r})")
     if not timeout > 0:
         raise ValueError(f"run_ranks: timeout must be > 0 seconds ({timeout!r})")
+    nodes = os.environ.get("GPUMPI_TEST_MPIEXEC", "")
+    if nodes != "":
+        return run_mpiexec(fn, n, nodes=int(nodes), timeout=timeout, args=args, kwargs=kwargs, env=env)
     # The runtime must not take SIGUSR1 over from the per-rank dump file registered here.
     env = {"GPUMPI_FAULTHANDLER": "0", **{str(k): str(v) for k, v in (env or {}).items()}}
     kwargs = dict(kwargs or {})
@@ -311,6 +333,148 @@ def _message(outcome: Outcome, reports: list[RankReport], n: int, timeout: float
     lines += [_section(rep, _GRACE) for rep in reports]
     return "\n".join(lines)
 
+
+
+# --- under an MPI launcher -----------------------------------------------------------------------
+def mpiexec_path() -> str | None:
+    """The ``mpiexec`` beside this Python (MPICH from pip), else the first on ``PATH``."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+
+
+def run_mpiexec(
+    fn: Callable[..., Any],
+    n: int,
+    *,
+    nodes: int = 2,
+    timeout: float = 60.0,
+    args: tuple = (),
+    kwargs: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list:
+    """Run ``fn(*args, **kwargs)`` on ``n`` ranks started by ``mpiexec``, grouped into ``nodes``
+    pretend nodes (``GPUMPI_SIM_NODES``; 0: the real ones); return the results in rank order.
+
+    ``fn`` must pickle by reference (a module-level function).  Raises :class:`RanksFailed`
+    as :func:`run_ranks` does; skips when no ``mpiexec`` or mpi4py is installed.
+    """
+    exe = mpiexec_path()
+    import importlib.util
+
+    if exe is None or importlib.util.find_spec("mpi4py") is None:
+        import pytest
+
+        pytest.skip("run_mpiexec: needs mpiexec and mpi4py (pip install mpi4py mpich)")
+    tmp = tempfile.mkdtemp(prefix="gpumpi-mpiexec-")
+    try:
+        try:
+            with open(os.path.join(tmp, "fn"), "wb") as f:
+                pickle.dump((fn, tuple(args), dict(kwargs or {})), f, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001
+            raise TypeError(f"run_mpiexec: fn must pickle by reference, a module-level function ({fn!r}: {e})") from None
+        full = {k: v for k, v in os.environ.items() if not k.startswith("GPUMPI_") or k == "GPUMPI_DEVICE"}
+        full.update({"GPUMPI_SIM_NODES": str(nodes), "GPUMPI_FAULTHANDLER": "0",
+                     "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+        full.update({str(k): str(v) for k, v in (env or {}).items()})
+        code = ("import sys; from gpumpi.testing import _mpi_rank_main; "
+                "sys.exit(_mpi_rank_main(sys.argv[1], float(sys.argv[2])))")
+        p = subprocess.Popen([exe, "-n", str(n), sys.executable, "-c", code, tmp, str(timeout)], env=full,
+                             start_new_session=True, stdin=subprocess.DEVNULL)
+        timed_out = False
+        try:
+            p.wait(timeout + 3)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            if p.poll() is None:
+                for sig in (signal.SIGTERM, signal.SIGKILL):
+                    try:
+                        os.killpg(p.pid, sig)
+                    except ProcessLookupError:
+                        break
+                    try:
+                        p.wait(2)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+            else:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)  # a rank left behind by the launcher
+                except ProcessLookupError:
+                    pass
+        reports = []
+        for r in range(n):
+            raw = _read(os.path.join(tmp, f"result.{r}"), binary=True)
+            rep = RankReport(rank=r, pid=0, status=None, outcome="no result",
+                             stack=_read(os.path.join(tmp, f"stack.{r}")), how="ran under mpiexec")
+            if raw:
+                kind, detail = pickle.loads(raw)
+                rep.outcome = kind
+                if kind == "ok":
+                    rep.value = detail
+                else:
+                    rep.error = detail
+            elif timed_out:
+                rep.outcome = "timed out"
+            reports.append(rep)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    bad = [rep for rep in reports if rep.outcome not in ("ok", "skip")]
+    if not bad and p.returncode == 0:
+        skips = [rep for rep in reports if rep.outcome == "skip"]
+        if skips:
+            import pytest
+
+            pytest.skip(f"rank {skips[0].rank}: {skips[0].error}")
+        return [rep.value for rep in reports]
+    if timed_out:
+        head = f"run_mpiexec: the job ran past the deadline (n={n}, nodes={nodes}, timeout={timeout:g} s)"
+        cause = "timeout"
+    else:
+        head = f"run_mpiexec: mpiexec exited with status {p.returncode} (n={n}, nodes={nodes})"
+        cause = "failed"
+        first = next((rep for rep in reports if rep.outcome == "error"), None)
+        if first is not None:
+            head += f" [rank {first.rank}: {first.error.strip().splitlines()[-1]}]"
+    outcome = Outcome(exit_code=p.returncode if p.returncode is not None else -9, cause=cause, reason=head,
+                      failed_rank=bad[0].rank if bad else None)
+    raise RanksFailed("\n".join([head] + [_section(rep, _GRACE) for rep in reports]), reports, outcome)
+
+
+def _read(path: str, binary: bool = False):
+    try:
+        with open(path, "rb" if binary else "r", errors=None if binary else "replace") as f:
+            return f.read()
+    except OSError:
+        return b"" if binary else ""
+
+
+def _mpi_rank_main(tmp: str, timeout: float) -> int:
+    """One rank of :func:`run_mpiexec`: run the pickled function, write what happened, and on
+    failure abort the job (the launcher ends the other ranks)."""
+    rank = int(os.environ.get("PMI_RANK") or os.environ.get("PMIX_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
+    stack = open(os.path.join(tmp, f"stack.{rank}"), "w")  # noqa: SIM115 -- faulthandler writes it until exit
+    faulthandler.dump_traceback_later(max(1.0, timeout - 2), exit=False, file=stack)
+    try:
+        with open(os.path.join(tmp, "fn"), "rb") as f:
+            fn, args, kwargs = pickle.load(f)
+    except BaseException:
+        code, data = 1, pickle.dumps(("error", "run_mpiexec: cannot load the function:\n" + traceback.format_exc()))
+    else:
+        code, data = _outcome(rank, fn, args, kwargs)
+    part = os.path.join(tmp, f"result.{rank}.part")
+    with open(part, "wb") as f:
+        f.write(data)
+    os.rename(part, os.path.join(tmp, f"result.{rank}"))
+    faulthandler.cancel_dump_traceback_later()
+    if code:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(0.2)  # the others may be finishing their own reports
+        from .ipc.mpi import mpi4py
+
+        mpi4py().COMM_WORLD.Abort(code)
+    return code
 
 
 class DLPackOnly:

@@ -49,7 +49,7 @@ def _matrix(transport, backend="sim"):
     r, size = c.rank, c.size
     nxt, prv = (r + 1) % size, (r - 1) % size
     eng = rt.ENGINE
-    assert eng.transports["device"] == (("staging",) if transport == "staging" else ("self", "cuda_ipc", "staging"))
+    assert eng.transports["device"] == (("mpi", "staging") if transport == "staging" else ("self", "cuda_ipc", "mpi", "staging"))
 
     def make(kind, data):
         return to_device(data) if kind == "device" else np.array(data)

@@ -195,7 +195,7 @@ def _init_and_query():
 
     q = gpumpi.query_gpu_support()
     assert q["cuda"] is False and q["gpus"] == 0 and q["adapter"] == "sim"  # no driver on CI machines
-    assert q["device_kinds"] == ["sim"] and q["transports"]["device"] == ["self", "cuda_ipc", "staging"]
+    assert q["device_kinds"] == ["sim"] and q["transports"]["device"] == ["self", "cuda_ipc", "mpi", "staging"]
     assert q["staging"] == {"slots": 4, "slot_bytes": 8 << 20}  # the defaults
     for bad, text in (("gpu", "device must be"), (True, "device must be"), (0, "no CUDA driver")):
         try:

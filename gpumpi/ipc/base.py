@@ -21,7 +21,11 @@ moves (``_protocol``), a transport only *how*.  Two small interfaces:
   the data to be *pushed* by the sender through frames or a staging pipeline.
   Capability flags say what else a transport can do: write into a peer's region
   (``WRITE``: both sides copy half of a large message), reach a peer's memory without
-  the peer taking part (``ONE_SIDED``: windows), update it atomically (``ATOMICS``).
+  the peer taking part (``ONE_SIDED``: windows), update it atomically (``ATOMICS``).  A
+  ``DIRECT`` transport cannot be read at all: the receiver posts its receive with
+  ``recv_into(peer, msgid, dst, nbytes)`` and the sender, told so, sends with
+  ``send_from(peer, msgid, src, nbytes)``; each returns an object whose ``test()`` says
+  when that side is done (the ``mpi`` transport between nodes).
 
 The registry maps names to transport classes: every transport module registers itself
 with :func:`register` when the ``gpumpi.ipc`` package imports it.  :func:`routes` turns ``GPUMPI_TRANSPORTS`` (already parsed by
@@ -41,6 +45,7 @@ READ = 1  # the receiver copies from an offered region itself
 WRITE = 2  # the offering side can write into the receiver's memory (split copies)
 ONE_SIDED = 4  # a peer's memory is reachable without the peer (windows)
 ATOMICS = 8  # element-wise atomic updates in a peer's memory
+DIRECT = 16  # two-sided: the receiver posts into its destination, then the sender sends (``mpi``)
 
 HOST, DEVICE = "host", "device"
 

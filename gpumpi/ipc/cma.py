@@ -231,11 +231,12 @@ class Cma(Region):
 
     def __init__(self, world) -> None:
         self.pid = world.pid
+        self.near = getattr(world, "near", None)  # cross-memory attach reaches the processes of this node only
         self.ok = bool(world.cfg.cma) and available()
         self.proven = False  # a plain read has worked: splitting (both sides copy) is safe
 
     def reaches(self, peer: int) -> bool:
-        return self.ok
+        return self.ok and (self.near is None or self.near(peer))
 
     def offer(self, peer: int, src):
         return encode_segments(src) if self.ok else None

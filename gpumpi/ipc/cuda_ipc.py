@@ -61,12 +61,13 @@ class CudaIpc(Region):
 
     def __init__(self, world) -> None:
         self.rank = world.rank
+        self.near = getattr(world, "near", None)  # IPC handles open on this node only
         self.mem: OrderedDict = OrderedDict()  # (peer, handle) -> (adapter, base): opened once
         self.ev: OrderedDict = OrderedDict()  # event handle -> (adapter, event)
         self.events: dict = {}  # adapter -> free (interprocess event, its handle) pairs
 
     def reaches(self, peer: int) -> bool:
-        return peer != self.rank  # a process cannot open its own handles
+        return peer != self.rank and (self.near is None or self.near(peer))  # not its own handles
 
     def offer(self, peer: int, src):
         ad, addr, stream = src

@@ -17,6 +17,13 @@ engine calls it whenever a backlog exists.
 
 A singleton (no launcher) gets a private anonymous mapping holding one ring.
 
+Ranks of other nodes (an MPI launcher's job) have no ring: their backlog slot holds the
+marker ``FAR`` (so the compiled send, which writes only where the backlog is empty, never
+takes them) and their frames go to ``far``, the frame transport between nodes
+(:class:`gpumpi.ipc.mpi.MpiFrames`); ``poll`` reads it after the rings.  The segment is
+the node's: ring ``(i, j)`` joins the ranks of local indices ``i`` and ``j`` (``local``:
+world rank -> index in the node's segment, -1 for ranks of other nodes).
+
 The ``shm`` host region transport (:class:`ShmPush`) is the fallback that reaches every
 peer: it offers nothing, so the sender pushes the data through the rings in DATA
 frames when the receiver asks (CTS).
@@ -35,15 +42,20 @@ _pack_into = HEADER.pack_into
 _unpack_from = HEADER.unpack_from
 
 
+#: the backlog slot of a rank of another node (its frames go to the far transport)
+FAR = ()
+
+
 class ShmTransport(Frames):
-    """Frames between the ranks of one node over shared-memory rings."""
+    """Frames between the ranks of one node over shared-memory rings (others: through ``far``)."""
 
     name = "shm"
-    __slots__ = ("rank", "size", "out", "inc", "backlog", "nbacklog", "_anon", "max_payload", "peers_in")
+    __slots__ = ("rank", "size", "out", "inc", "backlog", "nbacklog", "_anon", "max_payload", "peers_in", "far")
 
-    def __init__(self, rank: int, size: int, seg=None, ring_size: int = 0) -> None:
+    def __init__(self, rank: int, size: int, seg=None, ring_size: int = 0, local=None, far=None) -> None:
         self.rank = rank
         self.size = size
+        self.far = far
         self._anon = None
         if seg is None:
             if size != 1:
@@ -58,24 +70,29 @@ class ShmTransport(Frames):
             self.inc = [RingReader(block, ring_size)]
         else:
             ring_size = seg.ring_size
-            self.out = [RingWriter(seg.ring_view(rank, p), ring_size) for p in range(size)]
-            self.inc = [RingReader(seg.ring_view(p, rank), ring_size) for p in range(size)]
-        self.backlog: list = [None] * size
+            loc = local or list(range(size))
+            me = loc[rank]
+            self.out = [RingWriter(seg.ring_view(me, loc[p]), ring_size) if loc[p] >= 0 else None for p in range(size)]
+            self.inc = [RingReader(seg.ring_view(loc[p], me), ring_size) if loc[p] >= 0 else None for p in range(size)]
+        self.backlog: list = [None if r is not None else FAR for r in self.inc]
         self.nbacklog = 0
         self.max_payload = max_frame(ring_size) - HLEN
         # poll own ring last: replies from peers first keeps rendezvous moving
-        self.peers_in = [p for p in range(size) if p != rank] + [rank]
+        self.peers_in = [p for p in range(size) if p != rank and self.inc[p] is not None] + [rank]
 
     def ring_addresses(self) -> tuple[list, list]:
         """Addresses of the control blocks of the rings this rank writes and reads, per peer
         (for the compiled fast path, :mod:`gpumpi.ipc.fastring`)."""
-        return [address_of(w.ctl) for w in self.out], [address_of(r.ctl) for r in self.inc]
+        return ([address_of(w.ctl) if w is not None else 0 for w in self.out],
+                [address_of(r.ctl) if r is not None else 0 for r in self.inc])
 
     def send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int,
              payload=None, token=None) -> bool:
         """Write one frame for ``peer``; False when it had to wait in the backlog."""
         n = HLEN if payload is None else HLEN + len(payload)
         bl = self.backlog[peer]
+        if bl is FAR:
+            return self.far.send(peer, kind, flags, src, ctx, tag, nbytes, msgid, payload, token)
         if bl is None:
             w = self.out[peer]
             off = w.reserve(n)
@@ -95,8 +112,9 @@ class ShmTransport(Frames):
 
     def try_send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int, payload) -> bool:
         """Write one frame only if it fits now (no backlog); False otherwise."""
-        if self.backlog[peer] is not None:
-            return False
+        bl = self.backlog[peer]
+        if bl is not None:
+            return bl is FAR and self.far.try_send(peer, kind, flags, src, ctx, tag, nbytes, msgid, payload)
         n = HLEN + len(payload)
         w = self.out[peer]
         off = w.reserve(n)
@@ -112,7 +130,7 @@ class ShmTransport(Frames):
         """Retry backlogged frames; returns the tokens of the frames now written."""
         done = []
         for peer, bl in enumerate(self.backlog):
-            if bl is None:
+            if not bl:  # None, or FAR
                 continue
             w = self.out[peer]
             while bl:
@@ -153,19 +171,24 @@ class ShmTransport(Frames):
                 handler(peer, hdr, d[off + HLEN : off + n])
                 r.release(n)
                 got += 1
+        far = self.far
+        if far is not None and got < budget:
+            got += far.poll(handler, budget - got)
         return got
 
     def arrived(self) -> bool:
         """Whether some ring holds a frame (a look at two words per ring, nothing read)."""
-        for r in self.inc:
-            ctl = r.ctl
+        for p in self.peers_in:
+            ctl = self.inc[p].ctl
             if ctl[8] != ctl[0]:
                 return True
-        return False
+        return self.far is not None and self.far.arrived()
 
     def drop(self, peer: int) -> list:
         """Forget the frames queued for ``peer``; the tokens that will never be written."""
         bl = self.backlog[peer]
+        if bl is FAR:
+            return self.far.drop(peer)
         if bl is None:
             return []
         self.backlog[peer] = None
@@ -173,9 +196,11 @@ class ShmTransport(Frames):
         return [f[9] for f in bl if f[9] is not None]
 
     def idle(self) -> bool:
-        return self.nbacklog == 0
+        return self.nbacklog == 0 and (self.far is None or self.far.idle())
 
     def close(self) -> None:
+        if self.far is not None:
+            self.far.close()
         self.out = self.inc = []
         self._anon = None
 

@@ -31,12 +31,13 @@ class Staging(Region):
     def __init__(self, world) -> None:
         self.rank = world.rank
         self.seg = world.seg
+        self.local = getattr(world, "local", None)  # world rank -> slot in the node's segment (-1: other node)
         self.stage = world.stage  # (slots, slot size)
         self.slabs: dict = {}  # rank -> its Slab (this rank's own, and peers' it reads from)
         self.pinned: dict = {}  # (adapter name, rank) -> (adapter, address or None)
 
     def reaches(self, peer: int) -> bool:
-        return True
+        return self.local is None or self.local[peer] >= 0  # the slabs are the node's
 
     def offer(self, peer: int, src):
         return None  # the data is pushed
@@ -49,7 +50,8 @@ class Staging(Region):
         sl = self.slabs.get(rank)
         if sl is None:
             slots, size = self.stage
-            sl = Slab.private(slots, size) if self.seg is None else Slab(self.seg.slab_view(rank), slots, size)
+            sl = Slab.private(slots, size) if self.seg is None else Slab(self.seg.slab_view(
+                rank if self.local is None else self.local[rank]), slots, size)
             self.slabs[rank] = sl
         return sl
 

@@ -49,13 +49,13 @@ import pytest
 from gpumpi import _config
 from gpumpi._device import sim_adapter
 from gpumpi.ipc import base, cma
-from gpumpi.ipc.base import ATOMICS, DEVICE, HOST, ONE_SIDED, READ, WRITE
+from gpumpi.ipc.base import ATOMICS, DEVICE, DIRECT, HOST, ONE_SIDED, READ, WRITE
 from gpumpi.ipc.jobseg import JobSegment
 from gpumpi.testing import SimDeviceArray, run_ranks
 
 pytestmark = pytest.mark.timeout(60)
 
-ALL_CAPS = READ | WRITE | ONE_SIDED | ATOMICS
+ALL_CAPS = READ | WRITE | ONE_SIDED | ATOMICS | DIRECT
 SENTINEL = 0xA5
 TAIL = 64  # bytes after every destination that must stay untouched
 
@@ -74,6 +74,10 @@ EXPECT = {
     (DEVICE, "self"): dict(reach=lambda r, p: p == r, push=False, take="here", across=False),
     (DEVICE, "cuda_ipc"): dict(reach=lambda r, p: p != r, push=False, take="ranks", across=True),
     (DEVICE, "staging"): dict(reach=lambda r, p: True, push=True, take=None, across=False),
+    # two-sided between nodes (DIRECT): a world of one node has no rank it reaches; its
+    # transfers are tested under mpiexec (tests/ipc/test_mpi.py)
+    (HOST, "mpi"): dict(reach=lambda r, p: False, push=False, take=None, across=False, direct=True),
+    (DEVICE, "mpi"): dict(reach=lambda r, p: False, push=False, take=None, across=False, direct=True),
 }
 
 REGIONS = [(m, n) for m in (HOST, DEVICE) for n in base.known(m)]
@@ -202,7 +206,7 @@ def any_source(key, ad):
 def test_every_registered_transport_has_a_contract():
     assert set(REGIONS) == set(EXPECT), "a transport was registered (or removed) without stating its contract here"
     for key, e in EXPECT.items():  # every transport that offers is taken by some test below
-        assert (e["take"] is None) == e["push"], key
+        assert (e["take"] is None) == (e["push"] or e.get("direct", False)), key
         assert e["take"] != "ranks" or e["across"], key
     for mem in (HOST, DEVICE):  # and every transport the configuration names exists
         assert set(base.known(mem)) == set(_config.TRANSPORTS[mem])
@@ -253,8 +257,8 @@ def test_routes_builds_instances_in_the_named_order():
         assert [type(t) for t in r[mem]] == [base.lookup(mem, n) for n in names]
     assert r[HOST][1].reaches(2) and not r[HOST][1].reaches(0)  # built with the world given
     default = base.routes(_config.parse_transports(""), world())
-    assert [t.name for t in default[HOST]] == ["self", "cma", "shm"]
-    assert [t.name for t in default[DEVICE]] == ["self", "cuda_ipc", "staging"]
+    assert [t.name for t in default[HOST]] == ["self", "cma", "mpi", "shm"]
+    assert [t.name for t in default[DEVICE]] == ["self", "cuda_ipc", "mpi", "staging"]
 
 
 class _Reach(base.Region):
@@ -340,7 +344,9 @@ def test_offers_nothing_iff_push_only(key):
 def test_caps_are_honest(key):
     cls = base.lookup(*key)
     caps = cls.caps
-    assert bool(caps & READ) == (not EXPECT[key]["push"]), "READ exactly for transports that offer"
+    direct = EXPECT[key].get("direct", False)
+    assert bool(caps & DIRECT) == direct, "DIRECT exactly for the two-sided transports"
+    assert bool(caps & READ) == (not EXPECT[key]["push"] and not direct), "READ exactly for transports that offer"
     if caps & (WRITE | ONE_SIDED | ATOMICS):
         assert caps & READ, "reaching into a peer's memory implies reading it"
     if not caps & WRITE:

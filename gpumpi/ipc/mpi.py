@@ -1,0 +1,453 @@
+"""Between nodes: frames and bulk data through an existing MPI library, via mpi4py (L4).
+
+Theory of operation
+===================
+Under ``mpiexec``/``srun`` (DESIGN section 14) the ranks of one node talk through the node's
+shared segment (``shm`` rings, ``cma``, ``cuda_ipc``, ``staging``); everything for a rank on
+another node goes through MPI, on a private duplicate of mpi4py's ``COMM_WORLD``.  Matching
+stays gpumpi's: MPI carries frames and bytes only, so one matcher sees the frames of this
+node's rings and of MPI, and a wildcard receive takes whichever comes first, in MPI order
+per source (a ring keeps the order of one pair; MPI's non-overtaking rule keeps the order of
+one (source, tag) here).
+
+* :class:`MpiFrames` -- frames for other nodes.  Each frame is one MPI message of tag
+  ``TAG_FRAME``: the header and payload copied into a buffer of its own, so writing a frame
+  never waits for the peer (``send`` is always done at once; the buffer lives until MPI
+  completes the send).  ``NRECV`` receives of the largest frame stay posted from any source
+  and are consumed in the order they were posted -- MPI matches messages to posted receives
+  in that order, so one peer's frames are handed up in the order it sent them.  The frame
+  kind ``STATE`` (a rank's finalize state word, sent to every rank of the other nodes) is
+  kept here (:meth:`MpiFrames.state`), for the finalize rule of the engine.
+* :class:`MpiHost`, :class:`MpiDevice` -- bulk data (capability ``DIRECT``).  The sender
+  offers an empty region; once the receiver matched the request-to-send, it posts its
+  receives straight into the destination and answers CTS with the byte count it takes, and
+  the sender sends that many bytes (``_protocol``'s *direct* plan).  Both sides cut the bytes
+  into messages of at most ``GPUMPI_MPI_CHUNK``, tagged ``TAG_DATA + msgid % span`` (the
+  sender's message id), all posted at once: MPI interleaves them with every other message,
+  so a large transfer never holds back the progress of others.  Device memory goes as it is
+  when the MPI library takes device pointers (``MPIX_Query_cuda_support``, or
+  ``GPUMPI_MPI_CUDA=1``); otherwise it is staged through page-locked host buffers, a
+  pipeline of ``DEPTH`` chunks per transfer (device -> host copy, then send; receive, then
+  host -> device copy), the copies of one chunk overlapping the network time of the others.
+  A pending transfer is polled by the engine (``test``) in every progress pass.
+
+Nothing here imports mpi4py before a world under an MPI launcher asks for it
+(:func:`mpi4py`): ``import gpumpi`` stays light, and under ``gpumpirun`` the ``mpi``
+transports reach no peer.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .._protocol import HEADER, HLEN, STATE
+from .base import DEVICE, DIRECT, HOST, Frames, Region, register
+
+_pack_into = HEADER.pack_into
+_unpack_from = HEADER.unpack_from
+
+TAG_FRAME = 1
+TAG_DATA = 2
+#: receives of frames kept posted
+NRECV = 16
+#: chunks in flight per staged device transfer
+DEPTH = 4
+
+
+def mpi4py():
+    """mpi4py's ``MPI`` module (the real one: never gpumpi's shim), initialised with
+    ``THREAD_MULTIPLE`` unless the program initialised MPI itself."""
+    import sys
+
+    mod = sys.modules.get("mpi4py")
+    if mod is None:
+        import mpi4py as mod
+    if getattr(mod, "__gpumpi__", False):
+        raise RuntimeError("gpumpi: under an MPI launcher gpumpi needs the installed mpi4py, but `import mpi4py` "
+                           "is gpumpi's shim (GPUMPI_MPI4PY=1 or gpumpirun --mpi4py): unset GPUMPI_MPI4PY")
+    import mpi4py.MPI as M
+
+    return M
+
+
+def node_ids(comm, M, sim_nodes: int) -> list:
+    """The node of every rank of ``comm``, numbered from 0 in the order of the nodes' lowest
+    ranks: ``sim_nodes`` > 0 groups the ranks into that many contiguous blocks (pretend nodes
+    on one machine); otherwise the real shared-memory domains (``Split_type(COMM_TYPE_SHARED)``)."""
+    size = comm.Get_size()
+    if sim_nodes > 0:
+        k = min(sim_nodes, size)
+        return [r * k // size for r in range(size)]
+    shared = comm.Split_type(M.COMM_TYPE_SHARED, comm.Get_rank())
+    try:
+        leader = shared.allreduce(comm.Get_rank(), op=M.MIN)
+    finally:
+        shared.Free()
+    leaders = comm.allgather(leader)
+    order = {r: i for i, r in enumerate(sorted(set(leaders)))}
+    return [order[r] for r in leaders]
+
+
+def cuda_aware(M, setting: str) -> bool:
+    """Whether the MPI library takes device pointers (``GPUMPI_MPI_CUDA``: ``1``/``0`` decide;
+    ``auto`` asks the library, ``MPIX_Query_cuda_support`` through mpi4py)."""
+    if setting in ("0", "1"):
+        return setting == "1"
+    q = getattr(M, "Query_cuda_support", None)
+    try:
+        return bool(q()) if q is not None else False
+    except Exception:  # noqa: BLE001 -- a library without the extension: not CUDA-aware
+        return False
+
+
+def _buffer(M, addr: int, nbytes: int):
+    """An mpi4py buffer over ``nbytes`` at ``addr`` (host memory, or device memory for a
+    CUDA-aware library)."""
+    mem = getattr(M, "buffer", None) or M.memory
+    return [mem.fromaddress(addr, nbytes, readonly=False), nbytes, M.BYTE]
+
+
+class MpiFrames(Frames):
+    """Frames to the ranks of other nodes, one MPI message each (see the module docstring)."""
+
+    name = "mpi"
+
+    def __init__(self, M, comm, far: list, max_payload: int) -> None:
+        self.M = M
+        self.comm = comm
+        self.far = far  # the ranks of other nodes
+        self.max_payload = max_payload
+        self.fmax = HLEN + max_payload
+        self.sends: deque = deque()  # (request, buffer) until MPI completed the send
+        self.status = M.Status()
+        self.rq: deque = deque()  # posted frame receives, in the order posted: (request, buffer)
+        for _ in range(NRECV):
+            self._post(bytearray(self.fmax))
+        self.states = {p: 0 for p in far}
+
+    def _post(self, buf) -> None:
+        self.rq.append((self.comm.Irecv([buf, self.M.BYTE], self.M.ANY_SOURCE, TAG_FRAME), buf))
+
+    def send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int,
+             payload=None, token=None) -> bool:
+        n = HLEN if payload is None else HLEN + len(payload)
+        if n > self.fmax:
+            raise ValueError(f"mpi transport: frame of {n} bytes exceeds the largest ({self.fmax})")
+        buf = bytearray(n)
+        _pack_into(buf, 0, n, kind, flags, src, ctx, tag, nbytes, msgid)
+        if n > HLEN:
+            buf[HLEN:] = payload
+        self.sends.append((self.comm.Isend([buf, n, self.M.BYTE], peer, TAG_FRAME), buf))
+        if len(self.sends) > 64:
+            self._reap()
+        return True
+
+    def try_send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int,
+                 payload) -> bool:
+        return self.send(peer, kind, flags, src, ctx, tag, nbytes, msgid, payload)
+
+    def _reap(self) -> None:
+        sends = self.sends
+        while sends and sends[0][0].Test():
+            sends.popleft()
+        if len(sends) > 256:  # an early send waits for a slow peer: free the later ones that are done
+            keep = deque(s for s in sends if not s[0].Test())
+            self.sends = keep
+
+    def poll(self, handler, budget: int = 64) -> int:
+        got = 0
+        rq = self.rq
+        st = self.status
+        while got < budget:
+            req, buf = rq[0]
+            if not req.Test(st):
+                break
+            rq.popleft()
+            peer = st.Get_source()
+            hdr = _unpack_from(buf, 0)
+            if hdr[1] == STATE:
+                if hdr[6] > self.states[peer]:
+                    self.states[peer] = hdr[6]
+            else:
+                handler(peer, hdr, memoryview(buf)[HLEN : hdr[0]])
+            self._post(buf)
+            got += 1
+        if self.sends:
+            self._reap()
+        return got
+
+    def arrived(self) -> bool:
+        """Whether the first posted frame receive completed (asked without completing it)."""
+        return self.rq[0][0].Get_status()
+
+    def publish(self, state: int) -> None:
+        """Tell every rank of the other nodes our finalize state word (after every frame sent to it)."""
+        for p in self.far:
+            self.send(p, STATE, 0, 0, 0, 0, state, 0)
+
+    def state(self, peer: int) -> int:
+        """The last state word ``peer`` (of another node) published."""
+        return self.states[peer]
+
+    def flush(self) -> list:
+        self._reap()
+        return []
+
+    def drop(self, peer: int) -> list:
+        return []  # nothing waits here: every frame was handed to MPI
+
+    def idle(self) -> bool:
+        self._reap()
+        return not self.sends
+
+    def close(self) -> None:
+        if self.M.Is_finalized():  # the program finalized MPI itself: nothing can be released
+            self.rq.clear()
+            self.sends.clear()
+            return
+        for req, _buf in self.rq:
+            try:
+                req.Cancel()
+                req.Wait()
+            except Exception:  # noqa: BLE001 -- MPI finalized or aborting: nothing left to release
+                pass
+        self.rq.clear()
+        for req, _buf in self.sends:
+            try:
+                req.Wait()
+            except Exception:  # noqa: BLE001
+                pass
+        self.sends.clear()
+
+
+# --- bulk data --------------------------------------------------------------------------------
+class _Done:
+    """A transfer of no bytes: complete at once."""
+
+    @staticmethod
+    def test() -> bool:
+        return True
+
+
+class _Requests:
+    """Messages posted at once; complete when MPI completed them all."""
+
+    __slots__ = ("M", "reqs", "keep")
+
+    def __init__(self, M, reqs, keep) -> None:
+        self.M, self.reqs, self.keep = M, reqs, keep
+
+    def test(self) -> bool:
+        if self.reqs and not self.M.Request.Testall(self.reqs):
+            return False
+        self.reqs = self.keep = None
+        return True
+
+
+class _Staged:
+    """A device transfer staged through page-locked host buffers, ``DEPTH`` chunks in flight.
+
+    Sending, each chunk is copied device -> host on the copy stream, then sent once its copy
+    event completed; receiving, each chunk is received into a host buffer, then copied host ->
+    device.  A host buffer goes back to the pool when its chunk is sent, or landed.
+    """
+
+    __slots__ = ("r", "ad", "addr", "s", "sending", "peer", "tag", "chunks", "next", "flight", "events")
+
+    def __init__(self, region, ad, addr: int, s, sending: bool, peer: int, tag: int, nbytes: int) -> None:
+        self.r, self.ad, self.addr, self.s = region, ad, addr, s
+        self.sending, self.peer, self.tag = sending, peer, tag
+        ch = region.chunk
+        self.chunks = [(off, min(ch, nbytes - off)) for off in range(0, nbytes, ch)]
+        self.next = 0
+        self.flight: deque = deque()  # [stage, chunk index, host buffer, request or event]
+
+    def test(self) -> bool:
+        r, ad, M = self.r, self.ad, self.r.M
+        fl = self.flight
+        while self.next < len(self.chunks) and len(fl) < DEPTH:
+            i = self.next
+            off, n = self.chunks[i]
+            hb = r.host_buffer(ad)
+            if self.sending:
+                ad.memcpy(hb, self.addr + off, n, self.s)
+                ev = ad.event_create(False)
+                ad.event_record(ev, self.s)
+                fl.append([0, i, hb, ev])
+            else:
+                fl.append([0, i, hb, r.comm.Irecv(_buffer(M, hb, n), self.peer, self.tag)])
+            self.next = i + 1
+        for f in fl:  # advance each chunk one stage where it can
+            stage, i, hb, what = f
+            off, n = self.chunks[i]
+            if stage == 0:
+                if self.sending:
+                    if not ad.event_query(what):
+                        break  # chunks are sent in order: the receiver's receives are matched in order
+                    ad.event_destroy(what)
+                    f[0], f[3] = 1, r.comm.Isend(_buffer(M, hb, n), self.peer, self.tag)
+                else:
+                    if not what.Test():
+                        continue
+                    ad.memcpy(self.addr + off, hb, n, self.s)
+                    ev = ad.event_create(False)
+                    ad.event_record(ev, self.s)
+                    f[0], f[3] = 1, ev
+            elif stage == 1:
+                done = what.Test() if self.sending else ad.event_query(what)
+                if done:
+                    if not self.sending:
+                        ad.event_destroy(what)
+                    f[0] = 2
+                    r.give_back(ad, hb)
+        if any(f[0] == 2 for f in fl):
+            self.flight = fl = deque(f for f in fl if f[0] != 2)
+        return self.next == len(self.chunks) and not fl
+
+
+class _MpiRegion(Region):
+    """Bulk data between nodes, two-sided through MPI (see the module docstring)."""
+
+    name, caps = "mpi", DIRECT
+
+    def __init__(self, world) -> None:
+        self.far = set(getattr(world, "far", ()) or ())
+        mpi = getattr(world, "mpi", None)
+        self.M = self.comm = None
+        if mpi is not None:
+            self.M, self.comm = mpi
+            self.span = max(1, min(int(self.comm.Get_attr(self.M.TAG_UB) or 32767), 1 << 30) - TAG_DATA)
+        self.chunk = world.cfg.mpi_chunk
+        self.cuda = False
+        self.pool: dict = {}  # adapter name -> [(adapter, free page-locked host buffers)]
+        self.owned: list = []  # (adapter, address) of every host buffer allocated
+
+    def reaches(self, peer: int) -> bool:
+        return peer in self.far
+
+    def offer(self, peer: int, src):
+        return b""  # nothing to describe: the bytes are sent once the receiver asks (CTS)
+
+    def take(self, peer: int, body, dst, nbytes: int, skip: int = 0) -> bool:
+        return False  # direct regions are never read: see recv_into
+
+    def _tag(self, msgid: int) -> int:
+        return TAG_DATA + msgid % self.span
+
+    # --- the direct plan -------------------------------------------------------------------
+    def recv_into(self, peer: int, msgid: int, dst, nbytes: int):
+        """Post the receive of ``nbytes`` sent by ``peer`` for its message ``msgid`` into ``dst``
+        (host: an address; device: ``(adapter, address, stream ordered after the consumer)``):
+        an object whose ``test()`` is true once the bytes are there."""
+        if nbytes == 0:
+            return _Done
+        tag = self._tag(msgid)
+        if isinstance(dst, tuple):
+            ad, addr, s = dst
+            if not self.cuda:
+                return _Staged(self, ad, addr, s, False, peer, tag, nbytes)
+            ad.stream_synchronize(s)  # the consumer's pending work on the destination comes first
+            dst = addr
+        return self._post(self.comm.Irecv, dst, peer, tag, nbytes)
+
+    def send_from(self, peer: int, msgid: int, src, nbytes: int):
+        """Send the first ``nbytes`` of ``src`` (host: ``[(address, length), ...]``; device:
+        ``(adapter, address, stream ordered after the producer)``) for message ``msgid``: an
+        object whose ``test()`` is true once MPI is done with the source."""
+        if nbytes == 0:
+            return _Done
+        tag = self._tag(msgid)
+        if isinstance(src, tuple):
+            ad, addr, s = src
+            if not self.cuda:
+                return _Staged(self, ad, addr, s, True, peer, tag, nbytes)
+            ad.stream_synchronize(s)  # the producer's work first
+            return self._post(self.comm.Isend, addr, peer, tag, nbytes)
+        if len(src) == 1:
+            return self._post(self.comm.Isend, src[0][0], peer, tag, nbytes)
+        return self._post_segments(src, peer, tag, nbytes)
+
+    def _post(self, op, addr: int, peer: int, tag: int, nbytes: int):
+        M, ch = self.M, self.chunk
+        reqs = [op(_buffer(M, addr + off, min(ch, nbytes - off)), peer, tag) for off in range(0, nbytes, ch)]
+        return _Requests(M, reqs, None)
+
+    def _post_segments(self, segs, peer: int, tag: int, nbytes: int):
+        """A source of several pieces: each chunk of one piece goes as it is, a chunk spanning
+        pieces is gathered into a buffer of its own first (kept until it is sent)."""
+        import ctypes
+
+        M, ch = self.M, self.chunk
+        reqs, keep = [], []
+        pieces = []  # (address, length) of the first nbytes
+        left = nbytes
+        for a, n in segs:
+            if left <= 0:
+                break
+            pieces.append((a, min(n, left)))
+            left -= n
+        i, pos = 0, 0  # piece, offset in it
+        for off in range(0, nbytes, ch):
+            n = min(ch, nbytes - off)
+            a, ln = pieces[i]
+            if ln - pos >= n:
+                reqs.append(self.comm.Isend(_buffer(M, a + pos, n), peer, tag))
+                pos += n
+            else:
+                buf = bytearray(n)
+                got = 0
+                dst = (ctypes.c_char * n).from_buffer(buf)
+                while got < n:
+                    a, ln = pieces[i]
+                    k = min(ln - pos, n - got)
+                    ctypes.memmove(ctypes.addressof(dst) + got, a + pos, k)
+                    got += k
+                    pos += k
+                    if pos == ln and got < n:
+                        i, pos = i + 1, 0
+                keep.append(buf)
+                reqs.append(self.comm.Isend([buf, M.BYTE], peer, tag))
+            if pos == pieces[i][1] and i + 1 < len(pieces):
+                i, pos = i + 1, 0
+        return _Requests(M, reqs, keep)
+
+    # --- page-locked host buffers for staging ------------------------------------------------
+    def host_buffer(self, ad) -> int:
+        free = self.pool.setdefault(ad.name, [])
+        if free:
+            return free.pop()
+        addr = ad.alloc_host(self.chunk)
+        self.owned.append((ad, addr))
+        return addr
+
+    def give_back(self, ad, addr: int) -> None:
+        self.pool.setdefault(ad.name, []).append(addr)
+
+    def close(self) -> None:
+        for ad, addr in self.owned:
+            try:
+                ad.free_host(addr)
+            except Exception:  # noqa: BLE001 -- the adapter may be gone at exit
+                pass
+        self.owned.clear()
+        self.pool.clear()
+
+
+@register
+class MpiHost(_MpiRegion):
+    """Host data for ranks on other nodes, through MPI."""
+
+    memory = HOST
+
+
+@register
+class MpiDevice(_MpiRegion):
+    """Device data for ranks on other nodes: device pointers to a CUDA-aware MPI, else staged."""
+
+    memory = DEVICE
+
+    def __init__(self, world) -> None:
+        super().__init__(world)
+        if self.M is not None:
+            self.cuda = cuda_aware(self.M, world.cfg.mpi_cuda)
+
