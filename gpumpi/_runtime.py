@@ -218,7 +218,12 @@ def query_gpu_support() -> dict:
     ``device_kinds``: memory kinds buffers may have; ``ipc``: device-to-device IPC within the
     node; ``cma``: cross-memory attach for host messages; ``transports``: host and device, in
     the order they are tried (``GPUMPI_TRANSPORTS``); ``staging``: the geometry of each rank's
-    staging slab (``slots`` of ``slot_bytes``: ``GPUMPI_STAGE_SLOTS``, ``GPUMPI_STAGE_CHUNK``).
+    staging slab (``slots`` of ``slot_bytes``: ``GPUMPI_STAGE_SLOTS``, ``GPUMPI_STAGE_CHUNK``);
+    ``engine``: who started the ranks -- ``"gpumpirun"``, ``"mpi"`` (an MPI launcher: ranks on
+    other nodes through the MPI library, via mpi4py) or ``"singleton"``; ``nodes``: how many
+    nodes the job's ranks are on; ``mpi``: under an MPI launcher, ``library`` (the MPI
+    library's version line) and ``cuda_aware`` (whether device buffers go to it as they are;
+    None until the runtime has asked it).
     """
     import importlib.util
 
@@ -244,4 +249,22 @@ def query_gpu_support() -> dict:
         "cma": cma.available(),
         "transports": {"host": list(chosen["host"]), "device": list(chosen["device"])},
         "staging": {"slots": slots, "slot_bytes": slot},
+        **_engine_report(cfg),
     }
+
+
+def _engine_report(cfg) -> dict:
+    """The ``engine``, ``nodes`` and ``mpi`` entries of :func:`query_gpu_support`."""
+    eng = ENGINE
+    world = eng.world if eng is not None else None
+    if world is not None and world.mpi is not None:
+        M = world.mpi[0]
+        dev = next((t for t in world.regions["device"] if t.name == "mpi"), None)
+        lib = " ".join(M.Get_library_version().strip().splitlines()[0].split())
+        return {"engine": "mpi", "nodes": len(set(world.node)),
+                "mpi": {"library": lib, "cuda_aware": bool(dev.cuda) if dev is not None else None}}
+    if cfg.launched or (world is not None and world.size > 1):
+        return {"engine": "gpumpirun", "nodes": 1, "mpi": None}
+    if cfg.under_mpi:  # not initialised yet: what the bootstrap will use
+        return {"engine": "mpi", "nodes": None, "mpi": {"library": None, "cuda_aware": None}}
+    return {"engine": "singleton", "nodes": 1, "mpi": None}

@@ -906,6 +906,17 @@ def info_lines() -> list[str]:
                                                             f"{'' if q['cupy'] else ', cupy not installed'})")
     lines.append(f"devices: {where}; device transports {', '.join(q['transports']['device'])}; "
                  f"host transports {', '.join(q['transports']['host'])}")
+    eng = q["engine"]
+    if eng == "mpi":
+        m = q["mpi"]
+        lib = m["library"] or "the MPI library mpi4py loads"
+        aware = {True: "CUDA-aware", False: "not CUDA-aware (device data staged)", None: "CUDA support asked at "
+                 "initialisation"}[m["cuda_aware"]]
+        lines.append(f"engine: mpi (an MPI launcher started this process: ranks of other nodes through {lib}; {aware}; "
+                     f"nodes {q['nodes'] if q['nodes'] is not None else 'from COMM_TYPE_SHARED'})")
+    else:
+        lines.append(f"engine: {eng} (one node: rings, cross-memory attach, CUDA IPC; under mpiexec/srun the ranks "
+                     f"of other nodes go through MPI via mpi4py)")
     return lines
 
 

@@ -54,7 +54,7 @@ from .constants import (BOTTOM, KEYVAL_INVALID, LOCK_EXCLUSIVE, LOCK_SHARED, MOD
 from .datatypes._core import _PREDEFINED as _PREDEFINED_TYPES
 from .datatypes._core import Datatype
 from .datatypes.plan import plan_for
-from .errors import (ERR_ARG, ERR_ASSERT, ERR_OP, ERR_COMM, ERR_COUNT, ERR_DISP, ERR_ERRHANDLER, ERR_GROUP,
+from .errors import (ERR_ARG, ERR_UNSUPPORTED_OPERATION, ERR_ASSERT, ERR_OP, ERR_COMM, ERR_COUNT, ERR_DISP, ERR_ERRHANDLER, ERR_GROUP,
                      ERR_LOCKTYPE, ERR_RANK, ERR_RMA_FLAVOR, ERR_RMA_SYNC, ERR_SIZE, ERR_TYPE, ERR_WIN, ERRORS_RETURN,
                      Errhandler, error)
 from .errors import Exception as MPIException
@@ -119,6 +119,20 @@ def _index(value, call: str, what: str) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{call}: {what} must be an integer ({type(value).__name__})") from None
+
+
+def _one_node(comm, call: str) -> None:
+    """Windows reach their members' memory through the node's shared memory (``_rma``): a
+    communicator with members on several nodes (an MPI launcher's job) is refused, by every
+    member alike, before anything is allocated or exchanged."""
+    from . import _runtime as rt
+
+    eng = rt.ENGINE
+    if eng is not None and eng.far and not eng.far.isdisjoint(comm._rw):
+        nodes = sorted({rt.node_of(r) for r in comm._rw})
+        raise error(ERR_UNSUPPORTED_OPERATION,
+                    f"{call}: windows over ranks of several nodes are not supported yet (nodes {nodes}); "
+                    f"create it over the ranks of one node (Split_type(COMM_TYPE_SHARED))")
 
 
 def _comm_arg(comm, call: str):
@@ -242,6 +256,7 @@ class Win(Handle):
         ``BOTTOM``/None for none.  Collective over ``comm`` (default COMM_SELF)."""
         call = "Win.Create"
         comm = _comm_arg(_self() if comm is None else comm, call)
+        _one_node(comm, call)
         unit = cls._unit(disp_unit, call)
         st = _State()
         st.info = _info_dict(info, call)
@@ -275,6 +290,7 @@ class Win(Handle):
         from . import _memfd
 
         comm = _comm_arg(_self() if comm is None else comm, call)
+        _one_node(comm, call)
         n = _index(size, call, "size")
         if n < 0:
             raise error(ERR_SIZE, f"{call}: negative size ({n})")
@@ -348,6 +364,7 @@ class Win(Handle):
         displacements are absolute addresses (``MPI.Get_address``)."""
         call = "Win.Create_dynamic"
         comm = _comm_arg(_self() if comm is None else comm, call)
+        _one_node(comm, call)
         st = _State()
         st.info = _info_dict(info, call)
         return cls._make(comm, WIN_FLAVOR_DYNAMIC, ("dyn", 0, 1, None), st, call)

@@ -396,6 +396,8 @@ def _start(p: _Plan, comm, ws: _Set, rarr: int = 0, rwant: int = 0, sarr: int = 
     w = comm._w
     if p.cw is not w or p.cring is not eng.fring:
         _cmap(p, w, eng)
+    if not p.cma:  # members on other nodes: the compiled program reaches only this node's rings
+        return None
     tag = comm._ctag()
     i = fr(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, rarr, rwant, sarr, _C_CONTIG, comm._rank, ctx,
            tag, p.sig, p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
@@ -426,7 +428,11 @@ _CMAPS: dict = {}
 def _cmap(p: _Plan, w: tuple, eng) -> None:
     """Give plan ``p`` the compiled program's view of a communicator of world ranks ``w``
     (``cma``: the address of an int64 array of out-ring addresses, row 0, and world ranks,
-    row 1, by communicator rank), kept per ``w`` in ``_CMAPS`` and as the plan's last."""
+    row 1, by communicator rank), kept per ``w`` in ``_CMAPS`` and as the plan's last; ``cma``
+    0 when a member is on another node (the program then never runs: :func:`_run` serves)."""
+    if eng.far and not eng.far.isdisjoint(w):
+        p.cw, p.cring, p.cma = w, eng.fring, 0
+        return
     e = _CMAPS.get(id(w))
     if e is None or e[0] is not w or e[1] is not eng.fring:
         m = np.array([[eng.fring[r] for r in w], list(w)], dtype=np.int64)

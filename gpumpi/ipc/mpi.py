@@ -124,6 +124,7 @@ class MpiFrames(Frames):
         for _ in range(NRECV):
             self._post(bytearray(self.fmax))
         self.states = {p: 0 for p in far}
+        self.count = dict.fromkeys(far, 0)  # frames sent per peer (what the tests count)
 
     def _post(self, buf) -> None:
         self.rq.append((self.comm.Irecv([buf, self.M.BYTE], self.M.ANY_SOURCE, TAG_FRAME), buf))
@@ -134,6 +135,7 @@ class MpiFrames(Frames):
         if n > self.fmax:
             raise ValueError(f"mpi transport: frame of {n} bytes exceeds the largest ({self.fmax})")
         buf = bytearray(n)
+        self.count[peer] += 1
         _pack_into(buf, 0, n, kind, flags, src, ctx, tag, nbytes, msgid)
         if n > HLEN:
             buf[HLEN:] = payload
@@ -319,6 +321,7 @@ class _MpiRegion(Region):
             self.span = max(1, min(int(self.comm.Get_attr(self.M.TAG_UB) or 32767), 1 << 30) - TAG_DATA)
         self.chunk = world.cfg.mpi_chunk
         self.cuda = False
+        self.count: dict = {}  # transfers per peer, both directions (what the tests count)
         self.pool: dict = {}  # adapter name -> [(adapter, free page-locked host buffers)]
         self.owned: list = []  # (adapter, address) of every host buffer allocated
 
@@ -339,6 +342,7 @@ class _MpiRegion(Region):
         """Post the receive of ``nbytes`` sent by ``peer`` for its message ``msgid`` into ``dst``
         (host: an address; device: ``(adapter, address, stream ordered after the consumer)``):
         an object whose ``test()`` is true once the bytes are there."""
+        self.count[peer] = self.count.get(peer, 0) + 1
         if nbytes == 0:
             return _Done
         tag = self._tag(msgid)
@@ -354,6 +358,7 @@ class _MpiRegion(Region):
         """Send the first ``nbytes`` of ``src`` (host: ``[(address, length), ...]``; device:
         ``(adapter, address, stream ordered after the producer)``) for message ``msgid``: an
         object whose ``test()`` is true once MPI is done with the source."""
+        self.count[peer] = self.count.get(peer, 0) + 1
         if nbytes == 0:
             return _Done
         tag = self._tag(msgid)
@@ -450,4 +455,7 @@ class MpiDevice(_MpiRegion):
         super().__init__(world)
         if self.M is not None:
             self.cuda = cuda_aware(self.M, world.cfg.mpi_cuda)
+
+    def offer(self, peer: int, src):
+        return b"", None, None  # (body, no event for the peer, nothing to release)
 

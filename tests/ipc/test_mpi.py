@@ -1,0 +1,293 @@
+"""The ``mpi`` transport and the mpi4py bootstrap, under MPICH's ``mpiexec`` from pip.
+
+Every body runs on ranks started by ``mpiexec`` (:func:`gpumpi.testing.run_mpiexec`),
+grouped into pretend nodes (``GPUMPI_SIM_NODES``) so that ranks of one machine talk through
+the ``mpi`` transport as ranks of other nodes would.  The expectations are independent:
+NumPy patterns computed on the receiving side, the MPI standard's ordering rule per source,
+and the DESIGN rule that a pair of one node never touches MPI and a pair of two nodes never
+touches shared memory (counted on the transports: MPI frames and transfers sent per peer,
+the bytes each ring carried).  The full suites (p2p, collectives, communicators) run the
+same way with ``GPUMPI_TEST_MPIEXEC=2 pytest ...``; this module is the part CI always runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from gpumpi.testing import SimDeviceArray, mpiexec_path, run_mpiexec
+
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(120)]
+
+if mpiexec_path() is None:
+    pytest.skip("needs mpiexec (pip install mpich mpi4py)", allow_module_level=True)
+
+
+def pattern(n, seed):
+    return ((np.arange(n, dtype=np.int64) * 131 + seed * 7) % 251).astype(np.uint8)
+
+
+SIZES = [0, 1, 8, 4096, 65536, 65537, 300_000, (1 << 20) + 3, 3 << 20]
+
+
+def _counters():
+    """Per peer: frames and bulk transfers that went through MPI, bytes through our ring."""
+    from gpumpi import _runtime as rt
+
+    eng = rt.ENGINE
+    far = eng.tr.far
+    sent = dict(far.count) if far is not None else {}
+    rings = {}
+    for p, w in enumerate(eng.tr.out):
+        if w is not None:
+            rings[p] = int(w.ctl[8])  # producer position: bytes ever written into ring (me, p)
+    moved = {}
+    for lst in eng.world.regions.values():
+        for t in lst:
+            if t.name == "mpi":
+                for p, k in t.count.items():
+                    moved[p] = moved.get(p, 0) + k
+    return sent, rings, moved
+
+
+def _every_pair_both_protocols():
+    from gpumpi import MPI
+    from gpumpi import _runtime as rt
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    before = _counters()
+    for size in SIZES:
+        reqs = []
+        outs = {p: pattern(size, r * 16 + p) for p in range(n)}
+        for p in range(n):
+            reqs.append(c.Isend(outs[p], p, tag=7))
+        for p in range(n):
+            got = np.empty(size, np.uint8)
+            st = MPI.Status()
+            c.Recv(got, p, 7, st)
+            assert np.array_equal(got, pattern(size, p * 16 + r)), (size, p)
+            assert st.Get_source() == p and st.Get_count(MPI.BYTE) == size
+        MPI.Request.Waitall(reqs)
+    sent, rings, moved = _counters()
+    me = rt.node_of(r)
+    for p in range(n):
+        if p == r:
+            continue
+        if rt.node_of(p) == me:  # one node: rings only, never MPI
+            assert sent.get(p, 0) == 0 and moved.get(p, 0) == 0, (p, sent, moved)
+            assert rings[p] > before[1][p], p
+        else:  # two nodes: MPI only, no ring exists
+            assert p not in rings, p
+            assert sent.get(p, 0) > before[0].get(p, 0), (p, sent)
+            assert moved.get(p, 0) > before[2].get(p, 0), (p, moved)  # the rendezvous sizes went DIRECT
+    return [rt.node_of(p) for p in range(n)]
+
+
+@pytest.mark.parametrize("n,nodes", [(2, 2), (3, 2), (4, 2), (4, 4), (4, 1)])
+def test_pairs_use_the_transport_of_their_placement(n, nodes):
+    got = run_mpiexec(_every_pair_both_protocols, n, nodes=nodes, timeout=90)
+    expect = [r * min(nodes, n) // n for r in range(n)]
+    assert got == [expect] * n
+
+
+def _chunked_and_typed():
+    """Large messages cut into GPUMPI_MPI_CHUNK pieces, derived datatypes, truncation, Ssend."""
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    peer = n - 1 - r
+    for size in (65535, 65536, 3 * 65536 + 5, 1 << 20):
+        got = np.zeros(size, np.uint8)
+        c.Sendrecv(pattern(size, r), peer, 1, got, peer, 1)
+        assert np.array_equal(got, pattern(size, peer))
+    # a strided type: every other double of a 2-D array's column block
+    a = np.arange(200_000, dtype=np.float64).reshape(1000, 200) + r
+    vec = MPI.DOUBLE.Create_vector(1000, 50, 200).Commit()
+    out = np.zeros((1000, 50))
+    rq = c.Irecv([out, MPI.DOUBLE], peer, 2)
+    c.Send([a[:, 3:], 1, vec], peer, 2)
+    rq.Wait()
+    vec.Free()
+    assert np.array_equal(out, (np.arange(200_000, dtype=np.float64).reshape(1000, 200) + peer)[:, 3:53])
+    # truncation: the receive fails, the sender completes, nothing else moves
+    if r < peer:
+        c.Send(pattern(300_000, 9), peer, 3)
+    elif r > peer:
+        small = np.zeros(1000, np.uint8)
+        with pytest.raises(MPI.Exception) as e:
+            c.Recv(small, peer, 3)
+        assert e.value.Get_error_class() == MPI.ERR_TRUNCATE
+    # synchronous sends of both sizes complete after the match
+    for size in (8, 300_000):
+        if r < peer:
+            c.Ssend(pattern(size, 4), peer, 4)
+        elif r > peer:
+            got = np.empty(size, np.uint8)
+            c.Recv(got, peer, 4)
+            assert np.array_equal(got, pattern(size, 4))
+    c.Barrier()
+    return True
+
+
+def test_large_and_typed_messages_between_nodes():
+    assert run_mpiexec(_chunked_and_typed, 2, nodes=2, env={"GPUMPI_MPI_CHUNK": "65536"}) == [True, True]
+
+
+def _device_between_nodes():
+    from gpumpi import MPI
+    from gpumpi import _runtime as rt
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    peer = n - 1 - r
+    for size in (8, 70_000, 1 << 20, (3 << 20) + 1):
+        src = SimDeviceArray.from_numpy(pattern(size, r))
+        dst = SimDeviceArray.from_numpy(np.zeros(size, np.uint8))
+        host = np.zeros(size, np.uint8)
+        c.Sendrecv(src, peer, 5, dst, peer, 5)
+        assert np.array_equal(dst.get(), pattern(size, peer)), size
+        c.Sendrecv(src, peer, 6, host, peer, 6)  # device to host
+        assert np.array_equal(host, pattern(size, peer)), size
+        dst2 = SimDeviceArray.from_numpy(np.zeros(size, np.uint8))
+        c.Sendrecv(pattern(size, r + 1), peer, 7, dst2, peer, 7)  # host to device
+        assert np.array_equal(dst2.get(), pattern(size, peer + 1)), size
+    dev = next(t for t in rt.ENGINE.world.regions["device"] if t.name == "mpi")
+    return dev.cuda
+
+
+@pytest.mark.parametrize("aware", ["0", "1"], ids=["staged", "cuda-aware"])
+def test_device_buffers_between_nodes(aware):
+    """Device data through pinned host staging (the library is not CUDA-aware), and as device
+    pointers (``GPUMPI_MPI_CUDA=1``: simulated device memory is host memory, so MPICH can
+    take it as it is) -- each chunked into pieces smaller than the messages."""
+    env = {"GPUMPI_DEVICE": "sim", "GPUMPI_MPI_CUDA": aware, "GPUMPI_MPI_CHUNK": "262144"}
+    assert run_mpiexec(_device_between_nodes, 2, nodes=2, env=env) == [aware == "1"] * 2
+
+
+def _storm():
+    """Every rank sends numbered messages of mixed sizes to every other; receivers take them
+    with ANY_SOURCE/ANY_TAG: nothing lost, and per source in the order sent (MPI's rule)."""
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    rng = np.random.default_rng(r)
+    count = 60
+    sizes = [int(s) for s in rng.choice([0, 8, 1000, 70_000, 200_000], size=count * n)]
+    reqs = []
+    k = 0
+    for i in range(count):
+        for p in range(n):
+            if p == r:
+                continue
+            size = sizes[k]
+            k += 1
+            buf = np.full(size + 8, 0, np.uint8)
+            buf[:8] = np.frombuffer(np.int64(i).tobytes(), np.uint8)
+            buf[8:] = pattern(size, r + i)
+            reqs.append(c.Isend(buf, p, tag=i % 5))
+    seen = {p: [] for p in range(n) if p != r}
+    big = np.empty(200_008, np.uint8)
+    st = MPI.Status()
+    for _ in range(count * (n - 1)):
+        c.Recv(big, MPI.ANY_SOURCE, MPI.ANY_TAG, st)
+        src, m = st.Get_source(), st.Get_count(MPI.BYTE)
+        i = int(np.frombuffer(big[:8].tobytes(), np.int64)[0])
+        assert st.Get_tag() == i % 5
+        assert np.array_equal(big[8:m], pattern(m - 8, src + i)), (src, i)
+        seen[src].append(i)
+    MPI.Request.Waitall(reqs)
+    for p, got in seen.items():
+        assert got == list(range(count)), (p, got[:10])
+    c.Barrier()
+    return True
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_wildcard_storm_across_nodes_loses_and_reorders_nothing(n):
+    assert run_mpiexec(_storm, n, nodes=2, timeout=100) == [True] * n
+
+
+def _communicators_and_collectives():
+    from gpumpi import MPI
+    from gpumpi import _runtime as rt
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    node = c.Split_type(MPI.COMM_TYPE_SHARED)
+    members = node.allgather(r)
+    assert members == [p for p in range(n) if rt.node_of(p) == rt.node_of(r)]
+    for size in (1, 1000, 300_000):
+        a = np.arange(size, dtype=np.float64) * (r + 1)
+        out = np.empty_like(a)
+        c.Allreduce(a, out, MPI.SUM)
+        assert np.allclose(out, np.arange(size) * (n * (n + 1) / 2))
+        b = np.arange(size, dtype=np.float64) if r == 1 % n else np.zeros(size)
+        c.Bcast(b, root=1 % n)
+        assert np.array_equal(b, np.arange(size, dtype=np.float64))
+        g = np.empty((n, size))
+        c.Allgather(np.full(size, float(r)), g)
+        assert np.array_equal(g, np.repeat(np.arange(n, dtype=float)[:, None], size, 1))
+    for _ in range(300):  # small calls in a loop: the compiled collectives must stay off between nodes
+        x = np.array([float(r)])
+        y = np.empty(1)
+        c.Allreduce(x, y, MPI.SUM)
+        assert y[0] == n * (n - 1) / 2
+        c.Barrier()
+    assert c.allgather({"r": r}) == [{"r": p} for p in range(n)]
+    # a window over one node works; over ranks of several nodes it is refused on every rank
+    w = MPI.Win.Allocate(8 * n, 8, comm=node)
+    w.Fence()
+    w.Put(np.array([float(r)]), 0, target=node.rank)
+    w.Fence()
+    w.Free()
+    with pytest.raises(MPI.Exception) as e:
+        MPI.Win.Allocate(8, 8, comm=c)
+    assert e.value.Get_error_class() == MPI.ERR_UNSUPPORTED_OPERATION
+    node.Free()
+    c.Barrier()
+    return True
+
+
+def test_communicators_collectives_and_windows_across_nodes():
+    assert run_mpiexec(_communicators_and_collectives, 4, nodes=2) == [True] * 4
+
+
+def test_uncaught_exception_aborts_the_whole_job():
+    """Failure follows the MPI launcher: the raising rank's traceback, prefixed with its rank,
+    then MPI_Abort ends every rank (the others would wait in Barrier forever)."""
+    prog = textwrap.dedent("""
+        from gpumpi import MPI
+        c = MPI.COMM_WORLD
+        if c.rank == 1:
+            raise RuntimeError("rank one fails")
+        c.Barrier()
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMPI_")}
+    env["GPUMPI_SIM_NODES"] = "2"
+    p = subprocess.run([mpiexec_path(), "-n", "3", sys.executable, "-c", prog], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0
+    assert "[rank 1] RuntimeError: rank one fails" in p.stderr
+
+
+def _info():
+    import gpumpi
+
+    before = gpumpi.query_gpu_support()  # not initialised yet: the engine it will use
+    assert before["engine"] == "mpi" and before["mpi"] == {"library": None, "cuda_aware": None}
+    from gpumpi import MPI  # noqa: F401  (initialises)
+
+    q = gpumpi.query_gpu_support()
+    return q["engine"], q["nodes"], q["mpi"]["library"].split()[0], q["mpi"]["cuda_aware"]
+
+
+def test_query_reports_the_engine_and_the_library():
+    assert run_mpiexec(_info, 2, nodes=2) == [("mpi", 2, "MPICH", False)] * 2
