@@ -65,7 +65,7 @@ from . import _config
 from ._device.simarray import SimDeviceArray
 from ._job import Job, Outcome, RankState
 
-__all__ = ["run_ranks", "run_mpiexec", "RanksFailed", "RankReport", "WORLD_SIZES", "parametrize_world", "SimDeviceArray",
+__all__ = ["run_ranks", "run_mpiexec", "expected_nodes", "RanksFailed", "RankReport", "WORLD_SIZES", "parametrize_world", "SimDeviceArray",
            "DLPackOnly"]
 
 #: world sizes multi-rank tests run at (3: bugs that only show with non-powers of two)
@@ -336,6 +336,15 @@ def _message(outcome: Outcome, reports: list[RankReport], n: int, timeout: float
 
 
 # --- under an MPI launcher -----------------------------------------------------------------------
+def expected_nodes(n: int) -> list:
+    """The node of each of ``n`` ranks :func:`run_ranks` starts: all 0 for forked ranks; under
+    ``GPUMPI_TEST_MPIEXEC=k``, ``k`` contiguous blocks (``GPUMPI_SIM_NODES``'s rule), an
+    expectation computed without asking the runtime."""
+    k = os.environ.get("GPUMPI_TEST_MPIEXEC", "")
+    k = min(int(k), n) if k not in ("", "0") else 1
+    return [r * k // n for r in range(n)]
+
+
 def mpiexec_path() -> str | None:
     """The ``mpiexec`` beside this Python (MPICH from pip), else the first on ``PATH``."""
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")

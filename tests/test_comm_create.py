@@ -4,7 +4,7 @@ storms; bad input and the error class MPI gives it."""
 
 import pytest
 
-from gpumpi.testing import run_ranks
+from gpumpi.testing import expected_nodes, run_ranks
 
 pytestmark = pytest.mark.timeout(180)
 SIZES = [1, 2, 3, 4, 5]
@@ -85,9 +85,12 @@ def test_constructors_follow_the_mpi_rules(n):
             assert out["create"] is None
         rev = list(reversed(range(n)))
         assert out["from_group"] == (SIMILAR if n > 1 else CONGRUENT, rev.index(r), rev)
-        assert out["shared"] == (n, n - 1 - r)  # one node; key -r reverses the order
-        assert out["undefined"] and out["unguided"] and out["guided_unknown"]
-        assert out["guided"] == n
+        node = expected_nodes(n)
+        mates = [x for x in range(n) if node[x] == node[r]]  # one node under run_ranks
+        assert out["shared"] == (len(mates), len(mates) - 1 - mates.index(r))  # key -r reverses the order
+        assert out["undefined"] and out["guided_unknown"]
+        assert out["unguided"] == (len(set(node)) == 1)  # the next level below the job: none on one node
+        assert out["guided"] == len(mates)
         assert out["info"] == ("yes", None)
 
 

@@ -683,6 +683,8 @@ def _split_copy():
     c = MPI.COMM_WORLD
     r = c.rank
     eng = MPI._rt.ENGINE
+    if MPI._rt.node_of(0) != MPI._rt.node_of(1):  # under mpiexec with pretend nodes (GPUMPI_TEST_MPIEXEC)
+        pytest.skip("cross-memory attach joins the ranks of one node; these two are on two")
     sizes = [300_000, 1 << 20, (5 << 20) + 3, 700_001]
     for i, size in enumerate(sizes):
         if r == 0:

@@ -457,5 +457,12 @@ class MpiDevice(_MpiRegion):
             self.cuda = cuda_aware(self.M, world.cfg.mpi_cuda)
 
     def offer(self, peer: int, src):
-        return b"", None, None  # (body, no event for the peer, nothing to release)
+        """An empty body, and an event after the producer's work on its stream (every copy of
+        the source waits for it), nothing to release."""
+        ad, _addr, stream = src
+        ev = None
+        if stream is not None:
+            ev = ad.event_create(False)
+            ad.event_record(ev, stream)
+        return b"", ev, None
 
