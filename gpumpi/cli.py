@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="number of ranks to launch (default 2; pack needs 1, its strided-send 2; ga: exactly 4, "
                    "its default)")
     b.add_argument("--impl", choices=IMPLS, default="gpumpi", help="MPI implementation to measure (default gpumpi)")
+    b.add_argument("--launcher", choices=("gpumpirun", "mpiexec"), default="gpumpirun",
+                   help="how gpumpi's ranks start: its own launcher (default), or mpiexec, as on a cluster (the "
+                   "mpi4py bootstrap: ranks of other nodes through the MPI library)")
+    b.add_argument("--sim-nodes", type=int, default=0, metavar="K",
+                   help="with --launcher mpiexec: group gpumpi's ranks into K pretend nodes (GPUMPI_SIM_NODES), "
+                   "so every byte between them goes through the mpi transport")
     b.add_argument("--compare", choices=COMPARES, default=None,
                    help="also run the suite on this implementation and print ratios (ga: GA's own C library, "
                    "the ga suite only)")
@@ -665,14 +671,15 @@ def inner_argv(args, impl: str, json_path: str, pair: tuple[int, int] | None = N
     return [*argv, "--_json", json_path, "--_inner"]
 
 
-def launch_command(impl: str, np: int, argv: list[str]) -> list[str]:
-    """The command that runs ``python -m gpumpi.cli argv`` on ``np`` ranks of ``impl``.
+def launch_command(impl: str, np: int, argv: list[str], launcher: str = "gpumpirun") -> list[str]:
+    """The command that runs ``python -m gpumpi.cli argv`` on ``np`` ranks of ``impl``
+    (gpumpi under ``launcher``: ``gpumpirun`` or ``mpiexec``).
 
     Raises:
         CLIError: the launcher that ``impl`` needs is not installed.
     """
     prog = [sys.executable, "-m", "gpumpi.cli", *argv]
-    if impl in ("gpumpi", "nccl"):
+    if impl in ("gpumpi", "nccl") and launcher != "mpiexec":
         if not gpumpi_launcher_available():
             raise CLIError(
                 "the gpumpi launcher (gpumpi.launch, 'python -m gpumpi') is not available in this installation; "
@@ -698,6 +705,8 @@ def _child_env(args=None, impl: str = "gpumpi") -> dict:
     env["PYTHONPATH"] = root + (os.pathsep + old if old else "")
     if args is not None:
         env.update(rank_env(args, impl, os.environ))
+        if impl == "gpumpi" and getattr(args, "launcher", "") == "mpiexec":
+            env["GPUMPI_SIM_NODES"] = str(args.sim_nodes)
     return env
 
 
@@ -732,7 +741,8 @@ def _run_outer(args, sizes: list[int] | None = None) -> int:
         for i, impl in enumerate(impls):
             path = os.path.join(tmp, f"{i}-{impl}.json")
             skip = bench.rma.device_skip_reason(impl, args.buffer) if args.suite == "rma" else None
-            cmd = None if skip or impl == "ga" else launch_command(impl, args.np, inner_argv(args, impl, path))
+            cmd = None if skip or impl == "ga" else launch_command(impl, args.np, inner_argv(args, impl, path),
+                                                                   args.launcher)
             plans.append((impl, path, cmd, skip))
         docs, status = [], 0
         for impl, path, cmd, skip in plans:
