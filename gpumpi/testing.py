@@ -65,7 +65,7 @@ from . import _config
 from ._device.simarray import SimDeviceArray
 from ._job import Job, Outcome, RankState
 
-__all__ = ["run_ranks", "run_mpiexec", "expected_nodes", "RanksFailed", "RankReport", "WORLD_SIZES", "parametrize_world", "SimDeviceArray",
+__all__ = ["run_ranks", "run_mpiexec", "expected_nodes", "one_node_only", "RanksFailed", "RankReport", "WORLD_SIZES", "parametrize_world", "SimDeviceArray",
            "DLPackOnly"]
 
 #: world sizes multi-rank tests run at (3: bugs that only show with non-powers of two)
@@ -336,6 +336,15 @@ def _message(outcome: Outcome, reports: list[RankReport], n: int, timeout: float
 
 
 # --- under an MPI launcher -----------------------------------------------------------------------
+def one_node_only(n: int, what: str) -> None:
+    """Skip a test whose claim is about the transports of one node (``what``) when its ``n``
+    ranks are placed on several (``GPUMPI_TEST_MPIEXEC`` pretend nodes)."""
+    if len(set(expected_nodes(n))) > 1:
+        import pytest
+
+        pytest.skip(f"{what} joins the ranks of one node; these {n} ranks are on several")
+
+
 def expected_nodes(n: int) -> list:
     """The node of each of ``n`` ranks :func:`run_ranks` starts: all 0 for forked ranks; under
     ``GPUMPI_TEST_MPIEXEC=k``, ``k`` contiguous blocks (``GPUMPI_SIM_NODES``'s rule), an

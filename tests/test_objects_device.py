@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from gpumpi.testing import WORLD_SIZES, run_ranks
+from gpumpi.testing import WORLD_SIZES, one_node_only, run_ranks
 
 TRANSPORTS = {"cuda_ipc": {}, "staging": {"GPUMPI_TRANSPORTS": "device:staging"}}
 BIG = 100_000  # float64: 800 KB, far above the eager limit: a rendezvous, device to device
@@ -257,6 +257,7 @@ def _out_of_band():
 
 
 def test_device_parts_travel_out_of_band():
+    one_node_only(2, "CUDA IPC")
     run_ranks(_out_of_band, 2, timeout=60)
 
 

@@ -11,7 +11,7 @@ ordering step in gpumpi shows up here as stale data.
 import numpy as np
 import pytest
 
-from gpumpi.testing import WORLD_SIZES, expected_nodes, run_ranks
+from gpumpi.testing import WORLD_SIZES, one_node_only, run_ranks
 
 SIZES = [0, 3, 5000, 300_000]  # float64: empty, eager, eager (40 KB), IPC rendezvous (2.4 MB)
 TRANSPORTS = {"cuda_ipc": {}, "staging": {"GPUMPI_TRANSPORTS": "device:staging"}}
@@ -171,16 +171,9 @@ def _ipc_cache():
         assert len(rt.ENGINE.region("device", "cuda_ipc").mem) == opened + 2
 
 
-def _one_node(n):
-    """CUDA IPC joins the ranks of one node: under mpiexec with pretend nodes
-    (``GPUMPI_TEST_MPIEXEC``) ranks of two nodes stage through host memory instead."""
-    if len(set(expected_nodes(n))) > 1:
-        pytest.skip("CUDA IPC joins the ranks of one node; these ranks are on several")
-
-
 @pytest.mark.parametrize("n", WORLD_SIZES)
 def test_ipc_handles_are_opened_once_per_allocation(n):
-    _one_node(n)
+    one_node_only(n, "CUDA IPC")
     run_ranks(_ipc_cache, n, timeout=60)
 
 
@@ -314,7 +307,7 @@ def _bcast_stays_on_device():
 @pytest.mark.parametrize("n", WORLD_SIZES)
 def test_device_bcast_never_touches_host_memory(n):
     """Bcast goes through the one buffer path: device to device on every edge of the tree."""
-    _one_node(n)
+    one_node_only(n, "CUDA IPC")
     run_ranks(_bcast_stays_on_device, n, timeout=60)
 
 
@@ -446,7 +439,7 @@ def _ipc_event_per_send():
 
 
 def test_every_ipc_send_in_flight_has_its_own_event():
-    _one_node(2)
+    one_node_only(2, "CUDA IPC")
     assert run_ranks(_ipc_event_per_send, 2, timeout=60) == [True, True]
 
 

@@ -902,9 +902,10 @@ def test_persistent_started_three_times_with_new_contents_and_startall(n):
     assert run_ranks(_persistent, n, timeout=60, args=((0, 1, 7),)) == [True] * n
 
 
+def _nonblocking_and_persistent(sizes):
+    return _nonblocking(sizes) and _persistent(sizes)
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_nonblocking_and_persistent_one_mebibyte(n):
-    def both(sizes):
-        return _nonblocking(sizes) and _persistent(sizes)
-
-    assert run_ranks(both, n, timeout=45, args=((BIG // 4,),)) == [True] * n
+    assert run_ranks(_nonblocking_and_persistent, n, timeout=45, args=((BIG // 4,),)) == [True] * n

@@ -10,7 +10,7 @@ that device reductions never copy the data through host memory (the sim adapter'
 import numpy as np
 import pytest
 
-from gpumpi.testing import run_ranks
+from gpumpi.testing import one_node_only, run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -268,6 +268,7 @@ def _reductions_stay_on_device(count):
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("count", [7, 300_000])  # eager (results only), and 2.4 MB: rendezvous
 def test_device_reductions_never_copy_data_to_host(n, count):
+    one_node_only(n, "device-to-device copying (CUDA IPC)")
     assert run_ranks(_reductions_stay_on_device, n, timeout=60, args=(count,)) == [True] * n
 
 

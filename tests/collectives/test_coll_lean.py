@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pytest
 
-from gpumpi.testing import RanksFailed, run_ranks
+from gpumpi.testing import RanksFailed, one_node_only, run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -170,10 +170,12 @@ def _record(lean: bool):
 @pytest.mark.parametrize("fastpath", ["on", "off"])
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_same_messages_as_the_executor(n, fastpath):
+    one_node_only(n, "the compiled collectives (the node's rings)")
     _same_messages(n, {"GPUMPI_FASTPATH": fastpath})  # the lean path's sends and receives by the compiled calls, or not
 
 
 def test_same_messages_above_the_eager_limit():
+    one_node_only(4, "the compiled collectives (the node's rings)")
     # messages above a lowered eager limit: the lean rounds' general sends (rendezvous) in the mix
     _same_messages(3, {"GPUMPI_FASTPATH": "on", "GPUMPI_EAGER_LIMIT": "4096"})
 
@@ -309,6 +311,7 @@ def _peer_dies(path):
 
 @pytest.mark.parametrize("fastpath", ["on", "off"])
 def test_dead_peer_fails_the_call(tmp_path, fastpath):
+    one_node_only(2, "a dead peer failing the call (under an MPI launcher a failure aborts the job)")
     from gpumpi import MPI
 
     path = tmp_path / "rank0"
@@ -514,6 +517,7 @@ def _repeated():
 
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_repeated_calls_take_the_remembered_path_and_stay_right(n):
+    one_node_only(n, "the compiled collectives (the node's rings)")
     out = run_ranks(_repeated, n, env={"GPUMPI_FASTPATH": "on"})
     for went, errors in out:
         assert errors[0] is not None and errors[0] == errors[1], errors
