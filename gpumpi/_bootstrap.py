@@ -101,10 +101,6 @@ class World:
         if self.frames.far is not None:
             self.frames.far.publish(state)
 
-    def epoch_word(self):
-        """The job segment's failure epoch word (``seg.q``, index 3), or None."""
-        return self.seg.q if self.seg is not None else None
-
     def close(self) -> None:
         for lst in self.regions.values():
             for t in lst:

@@ -215,10 +215,17 @@ def _read(env) -> Config:
         pickle_threshold=_int(env, "MPI4PY_PICKLE_THRESHOLD", 262144),
         coll_algorithms=parse_coll_algorithms(env.get("GPUMPI_COLL_ALGORITHM", "")),
         mpi_env=mpi_launcher(env),
-        sim_nodes=max(0, _int(env, "GPUMPI_SIM_NODES", 0)),
+        sim_nodes=_sim_nodes(env),
         mpi_chunk=max(65536, _int(env, "GPUMPI_MPI_CHUNK", 4 << 20)),
         mpi_cuda=_mpi_cuda(env.get("GPUMPI_MPI_CUDA", "")),
     )
+
+
+def _sim_nodes(env) -> int:
+    k = _int(env, "GPUMPI_SIM_NODES", 0)
+    if k < 0:
+        raise ValueError(f"gpumpi: GPUMPI_SIM_NODES must be >= 0 ({k})")
+    return k
 
 
 def _mpi_cuda(v: str) -> str:

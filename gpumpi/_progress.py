@@ -480,13 +480,13 @@ class Engine:
             if not self._fast_tick():
                 return None
             fr = self.frecv
-        if self.tr.nbacklog or self.pushing or self.ready or self.failed:
+        if self.tr.nbacklog or self.pushing or self.ready or self.failed or self.direct:
             return None
         q = self.matcher._ctx.get(ctx)
         if q is not None and (q.posted or q.unexpected):
             return None
-        if self.far and (wpeer < 0 or wpeer in self.far or self.direct):
-            return None  # the message, or a duty meanwhile, comes through another transport
+        if self.far and (wpeer < 0 or wpeer in self.far):
+            return None  # the message may come through another transport
         if not self.typecheck:
             sig = 0
         if _threads():

@@ -259,6 +259,10 @@ def _validate(args) -> list[int]:
             raise CLIError("the p2p-matrix suite measures gpumpi only (no --impl mpi4py, no --compare)")
     if suite.ranks is not None and args.np != suite.ranks:
         raise CLIError(f"the {args.suite} suite runs on exactly {suite.ranks} ranks (got -n {args.np})")
+    if args.sim_nodes < 0:
+        raise CLIError(f"--sim-nodes must be >= 0 (got {args.sim_nodes})")
+    if args.sim_nodes and args.launcher != "mpiexec":
+        raise CLIError(f"--sim-nodes {args.sim_nodes} needs --launcher mpiexec (gpumpirun runs one node)")
     _validate_ga(args)
     min_ranks = suite.min_ranks
     if args.np < min_ranks:

@@ -376,6 +376,14 @@ def run_mpiexec(
     ``fn`` must pickle by reference (a module-level function).  Raises :class:`RanksFailed`
     as :func:`run_ranks` does; skips when no ``mpiexec`` or mpi4py is installed.
     """
+    if not callable(fn):
+        raise TypeError(f"run_mpiexec: fn must be callable ({type(fn).__name__})")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"run_mpiexec: n must be an integer >= 1 ({n!r})")
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 0:
+        raise ValueError(f"run_mpiexec: nodes must be an integer >= 0 ({nodes!r})")
+    if not timeout > 0:
+        raise ValueError(f"run_mpiexec: timeout must be > 0 seconds ({timeout!r})")
     exe = mpiexec_path()
     import importlib.util
 

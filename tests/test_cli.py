@@ -70,6 +70,9 @@ def no_launch(monkeypatch):
         (["bench", "--iters", "0"], "--iters must be >= 1"),
         (["bench", "--window", "0"], "--window must be >= 1"),
         (["bench", "--impl", "openmpi"], "invalid choice: 'openmpi'"),
+        (["bench", "--sim-nodes", "2"], "--sim-nodes 2 needs --launcher mpiexec"),
+        (["bench", "--launcher", "mpiexec", "--sim-nodes", "-1"], "--sim-nodes must be >= 0 (got -1)"),
+        (["bench", "--launcher", "srun"], "invalid choice: 'srun'"),
         ([], "missing command"),
     ],
 )

@@ -288,6 +288,16 @@ def test_bad_arguments():
         run_ranks(echo, 1, timeout=0)
     with pytest.raises(TypeError, match="fn must be callable"):
         run_ranks(42, 1)
+    from gpumpi.testing import run_mpiexec
+
+    with pytest.raises(ValueError, match=r"run_mpiexec: n must be an integer >= 1 \(0\)"):
+        run_mpiexec(echo, 0)
+    with pytest.raises(ValueError, match=r"run_mpiexec: nodes must be an integer >= 0 \(-1\)"):
+        run_mpiexec(echo, 2, nodes=-1)
+    with pytest.raises(ValueError, match="run_mpiexec: timeout must be > 0"):
+        run_mpiexec(echo, 1, timeout=0)
+    with pytest.raises(TypeError, match="run_mpiexec: fn must pickle by reference"):
+        run_mpiexec(lambda: 1, 1)
 
 
 @pytest.mark.timeout(60)

@@ -342,35 +342,32 @@ class _MpiRegion(Region):
         """Post the receive of ``nbytes`` sent by ``peer`` for its message ``msgid`` into ``dst``
         (host: an address; device: ``(adapter, address, stream ordered after the consumer)``):
         an object whose ``test()`` is true once the bytes are there."""
-        self.count[peer] = self.count.get(peer, 0) + 1
-        if nbytes == 0:
-            return _Done
-        tag = self._tag(msgid)
-        if isinstance(dst, tuple):
-            ad, addr, s = dst
-            if not self.cuda:
-                return _Staged(self, ad, addr, s, False, peer, tag, nbytes)
-            ad.stream_synchronize(s)  # the consumer's pending work on the destination comes first
-            dst = addr
-        return self._post(self.comm.Irecv, dst, peer, tag, nbytes)
+        return self._start(self.comm.Irecv, peer, msgid, dst, nbytes, False)
 
     def send_from(self, peer: int, msgid: int, src, nbytes: int):
         """Send the first ``nbytes`` of ``src`` (host: ``[(address, length), ...]``; device:
         ``(adapter, address, stream ordered after the producer)``) for message ``msgid``: an
         object whose ``test()`` is true once MPI is done with the source."""
+        if isinstance(src, list) and len(src) > 1 and nbytes:
+            self.count[peer] = self.count.get(peer, 0) + 1
+            return self._post_segments(src, peer, self._tag(msgid), nbytes)
+        return self._start(self.comm.Isend, peer, msgid, src if isinstance(src, tuple) else src[0][0], nbytes, True)
+
+    def _start(self, op, peer: int, msgid: int, mem, nbytes: int, sending: bool):
+        """One side of a transfer of ``mem`` (an address, or device ``(adapter, address, stream)``):
+        device memory is staged unless the library is CUDA-aware, and then goes once the work
+        queued on its stream (the producer's, or the consumer's) is done."""
         self.count[peer] = self.count.get(peer, 0) + 1
         if nbytes == 0:
             return _Done
         tag = self._tag(msgid)
-        if isinstance(src, tuple):
-            ad, addr, s = src
+        if isinstance(mem, tuple):
+            ad, addr, s = mem
             if not self.cuda:
-                return _Staged(self, ad, addr, s, True, peer, tag, nbytes)
-            ad.stream_synchronize(s)  # the producer's work first
-            return self._post(self.comm.Isend, addr, peer, tag, nbytes)
-        if len(src) == 1:
-            return self._post(self.comm.Isend, src[0][0], peer, tag, nbytes)
-        return self._post_segments(src, peer, tag, nbytes)
+                return _Staged(self, ad, addr, s, sending, peer, tag, nbytes)
+            ad.stream_synchronize(s)
+            mem = addr
+        return self._post(op, mem, peer, tag, nbytes)
 
     def _post(self, op, addr: int, peer: int, tag: int, nbytes: int):
         M, ch = self.M, self.chunk

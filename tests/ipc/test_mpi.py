@@ -89,7 +89,7 @@ def _every_pair_both_protocols():
     return [rt.node_of(p) for p in range(n)]
 
 
-@pytest.mark.parametrize("n,nodes", [(2, 2), (3, 2), (4, 2), (4, 4), (4, 1)])
+@pytest.mark.parametrize("n,nodes", [(1, 2), (2, 2), (3, 2), (4, 2), (4, 4), (4, 1)])
 def test_pairs_use_the_transport_of_their_placement(n, nodes):
     got = run_mpiexec(_every_pair_both_protocols, n, nodes=nodes, timeout=90)
     expect = [r * min(nodes, n) // n for r in range(n)]
@@ -162,13 +162,14 @@ def _device_between_nodes():
     return dev.cuda
 
 
+@pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("aware", ["0", "1"], ids=["staged", "cuda-aware"])
-def test_device_buffers_between_nodes(aware):
+def test_device_buffers_between_nodes(aware, n):
     """Device data through pinned host staging (the library is not CUDA-aware), and as device
     pointers (``GPUMPI_MPI_CUDA=1``: simulated device memory is host memory, so MPICH can
     take it as it is) -- each chunked into pieces smaller than the messages."""
     env = {"GPUMPI_DEVICE": "sim", "GPUMPI_MPI_CUDA": aware, "GPUMPI_MPI_CHUNK": "262144"}
-    assert run_mpiexec(_device_between_nodes, 2, nodes=2, env=env) == [aware == "1"] * 2
+    assert run_mpiexec(_device_between_nodes, n, nodes=2, env=env) == [aware == "1"] * n
 
 
 def _storm():
@@ -283,7 +284,7 @@ def _info():
 
     before = gpumpi.query_gpu_support()  # not initialised yet: the engine it will use
     assert before["engine"] == "mpi" and before["mpi"] == {"library": None, "cuda_aware": None}
-    from gpumpi import MPI  # noqa: F401  (initialises)
+    import gpumpi.MPI  # noqa: F401  (initialises)
 
     q = gpumpi.query_gpu_support()
     return q["engine"], q["nodes"], q["mpi"]["library"].split()[0], q["mpi"]["cuda_aware"]
@@ -291,3 +292,24 @@ def _info():
 
 def test_query_reports_the_engine_and_the_library():
     assert run_mpiexec(_info, 2, nodes=2) == [("mpi", 2, "MPICH", False)] * 2
+
+
+def test_launcher_detection_and_settings_are_checked():
+    """Which launcher started a process, from the variables MPICH/Intel (PMI), PMIx, Open MPI
+    and srun steps set; gpumpirun's own job descriptor wins; bad settings fail at start-up."""
+    from gpumpi import _config
+
+    assert _config._read({}).under_mpi is False
+    for env, name in [({"PMI_RANK": "0"}, "PMI_RANK"), ({"PMIX_RANK": "3"}, "PMIX_RANK"),
+                      ({"OMPI_COMM_WORLD_RANK": "1"}, "OMPI_COMM_WORLD_RANK"),
+                      ({"SLURM_STEP_ID": "0", "SLURM_PROCID": "2"}, "SLURM_STEP_ID")]:
+        cfg = _config._read(env)
+        assert cfg.mpi_env == name and cfg.under_mpi, env
+    # an sbatch script (the batch step) is no MPI launch; gpumpirun inside an allocation is gpumpirun's
+    assert _config._read({"SLURM_STEP_ID": "4294967294", "SLURM_PROCID": "0"}).under_mpi is False
+    assert _config._read({"PMI_RANK": "0", "GPUMPI_JOB_FD": "5"}).under_mpi is False
+    with pytest.raises(ValueError, match=r"GPUMPI_SIM_NODES must be >= 0 \(-2\)"):
+        _config._read({"GPUMPI_SIM_NODES": "-2"})
+    with pytest.raises(ValueError, match="GPUMPI_MPI_CUDA must be auto, 1 or 0"):
+        _config._read({"GPUMPI_MPI_CUDA": "maybe"})
+    assert _config._read({"GPUMPI_MPI_CUDA": "on"}).mpi_cuda == "1"
