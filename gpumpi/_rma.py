@@ -137,6 +137,8 @@ def _runs(plan, nbytes: int):
 class Window:
     """The runtime state of one window in this process: regions, control blocks, epochs."""
 
+    far = False  # a window over members of one node (gpumpi._rmampi.Window: several)
+
     def __init__(self, comm, flavor: int) -> None:
         self.comm = comm  # the window's private communicator (a Dup of the user's)
         self.flavor = flavor

@@ -345,6 +345,16 @@ def one_node_only(n: int, what: str) -> None:
         pytest.skip(f"{what} joins the ranks of one node; these {n} ranks are on several")
 
 
+def device_windows_across_nodes(n: int) -> None:
+    """Skip a test of device windows when its ``n`` ranks are on several pretend nodes and the
+    MPI library is not taken to be CUDA-aware (``GPUMPI_MPI_CUDA=1``): such windows are refused
+    there (:mod:`gpumpi._rmampi`; ``tests/ipc/test_mpi.py`` tests the refusal)."""
+    if len(set(expected_nodes(n))) > 1 and os.environ.get("GPUMPI_MPI_CUDA") != "1":
+        import pytest
+
+        pytest.skip(f"device windows over {n} ranks on several nodes need a CUDA-aware MPI (GPUMPI_MPI_CUDA=1)")
+
+
 def expected_nodes(n: int) -> list:
     """The node of each of ``n`` ranks :func:`run_ranks` starts: all 0 for forked ranks; under
     ``GPUMPI_TEST_MPIEXEC=k``, ``k`` contiguous blocks (``GPUMPI_SIM_NODES``'s rule), an
@@ -398,7 +408,7 @@ def run_mpiexec(
                 pickle.dump((fn, tuple(args), dict(kwargs or {})), f, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # noqa: BLE001
             raise TypeError(f"run_mpiexec: fn must pickle by reference, a module-level function ({fn!r}: {e})") from None
-        full = {k: v for k, v in os.environ.items() if not k.startswith("GPUMPI_") or k == "GPUMPI_DEVICE"}
+        full = {k: v for k, v in os.environ.items() if not k.startswith("GPUMPI_") or k in ("GPUMPI_DEVICE", "GPUMPI_MPI_CUDA")}
         full.update({"GPUMPI_SIM_NODES": str(nodes), "GPUMPI_FAULTHANDLER": "0",
                      "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
         full.update({str(k): str(v) for k, v in (env or {}).items()})

@@ -54,8 +54,8 @@ from .constants import (BOTTOM, KEYVAL_INVALID, LOCK_EXCLUSIVE, LOCK_SHARED, MOD
 from .datatypes._core import _PREDEFINED as _PREDEFINED_TYPES
 from .datatypes._core import Datatype
 from .datatypes.plan import plan_for
-from .errors import (ERR_ARG, ERR_UNSUPPORTED_OPERATION, ERR_ASSERT, ERR_OP, ERR_COMM, ERR_COUNT, ERR_DISP, ERR_ERRHANDLER, ERR_GROUP,
-                     ERR_LOCKTYPE, ERR_RANK, ERR_RMA_FLAVOR, ERR_RMA_SYNC, ERR_SIZE, ERR_TYPE, ERR_WIN, ERRORS_RETURN,
+from .errors import (ERR_ARG, ERR_ASSERT, ERR_OP, ERR_COMM, ERR_COUNT, ERR_DISP, ERR_ERRHANDLER, ERR_GROUP,
+                     ERR_LOCKTYPE, ERR_RANK, ERR_RMA_FLAVOR, ERR_RMA_SHARED, ERR_RMA_SYNC, ERR_SIZE, ERR_TYPE, ERR_WIN, ERRORS_RETURN,
                      Errhandler, error)
 from .errors import Exception as MPIException
 from .group import Group
@@ -121,18 +121,13 @@ def _index(value, call: str, what: str) -> int:
         raise TypeError(f"{call}: {what} must be an integer ({type(value).__name__})") from None
 
 
-def _one_node(comm, call: str) -> None:
-    """Windows reach their members' memory through the node's shared memory (``_rma``): a
-    communicator with members on several nodes (an MPI launcher's job) is refused, by every
-    member alike, before anything is allocated or exchanged."""
+def _spans_nodes(comm) -> bool:
+    """Whether ``comm`` has members on several nodes (an MPI launcher's job): such a window is
+    carried by the MPI library's RMA (:mod:`gpumpi._rmampi`) instead of the node's shared memory."""
     from . import _runtime as rt
 
     eng = rt.ENGINE
-    if eng is not None and eng.far and not eng.far.isdisjoint(comm._rw):
-        nodes = sorted({rt.node_of(r) for r in comm._rw})
-        raise error(ERR_UNSUPPORTED_OPERATION,
-                    f"{call}: windows over ranks of several nodes are not supported yet (nodes {nodes}); "
-                    f"create it over the ranks of one node (Split_type(COMM_TYPE_SHARED))")
+    return bool(eng is not None and eng.far and not eng.far.isdisjoint(comm._rw))
 
 
 def _comm_arg(comm, call: str):
@@ -227,7 +222,12 @@ class Win(Handle):
         W = None
         dup = comm.Dup()
         try:
-            W = _rma.Window(dup, flavor)
+            if _spans_nodes(comm):
+                from . import _rmampi
+
+                W = _rmampi.Window(dup, flavor)
+            else:
+                W = _rma.Window(dup, flavor)
             W.setup(local, call)
         except BaseException:
             if W is not None:
@@ -256,7 +256,6 @@ class Win(Handle):
         ``BOTTOM``/None for none.  Collective over ``comm`` (default COMM_SELF)."""
         call = "Win.Create"
         comm = _comm_arg(_self() if comm is None else comm, call)
-        _one_node(comm, call)
         unit = cls._unit(disp_unit, call)
         st = _State()
         st.info = _info_dict(info, call)
@@ -290,7 +289,6 @@ class Win(Handle):
         from . import _memfd
 
         comm = _comm_arg(_self() if comm is None else comm, call)
-        _one_node(comm, call)
         n = _index(size, call, "size")
         if n < 0:
             raise error(ERR_SIZE, f"{call}: negative size ({n})")
@@ -303,6 +301,13 @@ class Win(Handle):
             raise ValueError(f"{call}: memory must be 'host' or 'device' ({kind!r})")
         if shared and kind != "host":
             raise error(ERR_ARG, f"{call}: shared windows are host memory")
+        if shared and _spans_nodes(comm):
+            from . import _runtime as rt
+
+            nodes = sorted({rt.node_of(r) for r in comm._rw})
+            raise error(ERR_RMA_SHARED, f"{call}: the members of a shared window must share memory, and this "
+                                        f"communicator's are on several nodes ({nodes}); use "
+                                        f"Split_type(COMM_TYPE_SHARED)")
         if kind == "device":
             arr = _device_array(n, call)
             from ._arrays import as_buffer
@@ -364,7 +369,6 @@ class Win(Handle):
         displacements are absolute addresses (``MPI.Get_address``)."""
         call = "Win.Create_dynamic"
         comm = _comm_arg(_self() if comm is None else comm, call)
-        _one_node(comm, call)
         st = _State()
         st.info = _info_dict(info, call)
         return cls._make(comm, WIN_FLAVOR_DYNAMIC, ("dyn", 0, 1, None), st, call)
@@ -984,7 +988,7 @@ class Win(Handle):
             W = st.rt
             ep = W.epochs
             a = ep.access
-            if (a == "lock_all" or (a == "lock" and rank in ep.locks)) and W.device_stream is None:
+            if (a == "lock_all" or (a == "lock" and rank in ep.locks)) and W.device_stream is None and not W.far:
                 (_RAW or _raw())[0][1]()
                 return
         try:

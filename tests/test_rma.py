@@ -29,7 +29,7 @@ the other flavors take the modes in turn, one per operation.
 import numpy as np
 import pytest
 
-from gpumpi.testing import run_ranks
+from gpumpi.testing import device_windows_across_nodes, one_node_only, run_ranks
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -409,6 +409,8 @@ def test_allocate_every_operation_in_every_mode(n):
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("flavor", ["create-numpy", "create-allocmem", "shared", "dynamic"])
 def test_host_flavors(flavor, n):
+    if flavor == "shared":
+        one_node_only(n, "a shared window (Win.Allocate_shared)")
     got = run_ranks(_flavor_body, n, timeout=120, args=(flavor, False))
     _check_coverage(got, False)
 
@@ -416,6 +418,8 @@ def test_host_flavors(flavor, n):
 @pytest.mark.parametrize("n", [1, 2])
 @pytest.mark.parametrize("flavor", ["create-numpy", "shared"])
 def test_host_flavors_every_mode_at_two_ranks(flavor, n):
+    if flavor == "shared":
+        one_node_only(n, "a shared window (Win.Allocate_shared)")
     got = run_ranks(_flavor_body, n, timeout=150, args=(flavor, True))
     _check_coverage(got, True)
 
@@ -423,6 +427,7 @@ def test_host_flavors_every_mode_at_two_ranks(flavor, n):
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("flavor", ["create-sim", "allocate-sim"])
 def test_device_windows_on_sim(flavor, n):
+    device_windows_across_nodes(n)
     got = run_ranks(_flavor_body, n, timeout=150, args=(flavor, False), env={"GPUMPI_DEVICE": "sim"})
     _check_coverage(got, False)
 

@@ -18,7 +18,7 @@ Expected values come from NumPy arithmetic on arrays of the element type (so int
 import numpy as np
 import pytest
 
-from gpumpi.testing import run_ranks
+from gpumpi.testing import one_node_only, run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -148,6 +148,7 @@ def _near_results(mode):
 
 @pytest.mark.parametrize("mode, n", [("lock", 1), ("lock_all", 2), ("lock", 2)])
 def test_near_path_results_match_numpy(mode, n):
+    one_node_only(n, "the near path (window memory mapped here)")
     got = run_ranks(_near_results, n, timeout=100, args=(mode,))
     for r, (bad, cas, back, got_put, near_used, prv) in enumerate(got):
         assert not bad, "\n".join(bad)
@@ -276,6 +277,7 @@ def _refusals(flavor):
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_near_path_refusals_match_the_general_path(n):
+    one_node_only(n, "the near path (window memory mapped here)")
     near = run_ranks(_refusals, n, timeout=100, args=("allocate",))
     general = run_ranks(_refusals, n, timeout=100, args=("create",))
     for r in range(n):
@@ -527,6 +529,7 @@ class _Counting:
 
 @pytest.mark.parametrize("n, n_elems", [(1, 1), (2, 3), (3, 1)])
 def test_accumulate_near_path_matches_numpy_and_the_general_path(n, n_elems):
+    one_node_only(n, "the near path (window memory mapped here)")
     for bad, calls, errors, odd, strided in run_ranks(_accumulate_near, n, args=(n_elems,)):
         assert not bad, bad[:10]
         # every case was served by the compiled call once warm (a bare array's datatype is known

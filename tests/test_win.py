@@ -19,7 +19,7 @@ unchanged under ``mpiexec`` with mpi4py, except the gpumpi extensions: device wi
 import numpy as np
 import pytest
 
-from gpumpi.testing import WORLD_SIZES, run_ranks
+from gpumpi.testing import WORLD_SIZES, device_windows_across_nodes, one_node_only, run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 SIM = {"GPUMPI_DEVICE": "sim"}
@@ -228,6 +228,7 @@ def _allocate_shared():
 
 @pytest.mark.parametrize("n", WORLD_SIZES)
 def test_allocate_shared_and_shared_query(n):
+    one_node_only(n, "a shared window (Win.Allocate_shared)")
     assert run_ranks(_allocate_shared, n, timeout=60) == [True] * n
 
 
@@ -482,4 +483,5 @@ def _device_windows():
 
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_device_windows_on_sim(n):
+    device_windows_across_nodes(n)
     assert run_ranks(_device_windows, n, timeout=90, env=SIM) == [True] * n

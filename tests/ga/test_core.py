@@ -6,7 +6,7 @@ bad input.  Expectations are NumPy computations on a replicated model of the arr
 import numpy as np
 import pytest
 
-from gpumpi.testing import run_ranks
+from gpumpi.testing import device_windows_across_nodes, expected_nodes, run_ranks
 
 NRANKS = [1, 2, 3, 4, 5]
 TYPES = ["C_INT", "C_LONG", "C_LONGLONG", "C_FLOAT", "C_DBL", "C_SCPL", "C_DCPL"]
@@ -311,8 +311,16 @@ def _groups_and_mirrors():
     d = ga.create(ga.C_DBL, (2, 3))
     ga.merge_distr_patch(m, (0,), (6,), d, (0, 0), (2, 3))
     res["distr"] = ga.get(d).tolist()
-    assert ga.cluster_nnodes() == 1 and ga.cluster_nodeid() == 0 and ga.cluster_nprocs(0) == n
-    assert [ga.cluster_procid(0, i) for i in range(n)] == list(range(n))
+    # the nodes: one under gpumpirun; GPUMPI_SIM_NODES=k contiguous blocks under mpiexec
+    import os
+
+    k = min(int(os.environ.get("GPUMPI_SIM_NODES") or 0), n) or 1
+    nodes = [r * k // n for r in range(n)]
+    assert ga.cluster_nnodes() == k and ga.cluster_nodeid() == nodes[me]
+    for node in range(k):
+        members = [r for r in range(n) if nodes[r] == node]
+        assert ga.cluster_nprocs(node) == len(members)
+        assert [ga.cluster_procid(node, i) for i in range(len(members))] == members
     ga.sync()
     ga.destroy(m)
     ga.destroy(d)
@@ -326,7 +334,8 @@ def test_processor_groups_default_group_and_mirrored_arrays(n):
         if r < (n + 1) // 2:
             assert got["group_get"]
         assert got["mirror"] == list(np.arange(6.0))
-        assert got["distr"] == np.arange(6.0).reshape(2, 3).tolist()
+        # after merge_mirrored every node's copy holds the sum: merging again adds one per node
+        assert got["distr"] == (len(set(expected_nodes(n))) * np.arange(6.0)).reshape(2, 3).tolist()
 
 
 def _device():
@@ -374,6 +383,7 @@ def _device():
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_device_arrays_on_the_simulated_device(n):
+    device_windows_across_nodes(n)
     res = run_ranks(_device, n, timeout=120, env={"GPUMPI_DEVICE": "sim"})
     assert all(all(r) and len(r) == 7 for r in res), res
 
@@ -419,5 +429,6 @@ def _strided_buffers(memory: str, direct: bool):
 
 @pytest.mark.parametrize("memory, direct", [("host", True), ("host", False), ("device", True)])
 def test_buffers_that_are_views_on_every_path(memory, direct):
+    device_windows_across_nodes(3 if memory == "device" else 1)
     env = {"GPUMPI_DEVICE": "sim"} if memory == "device" else None
     assert run_ranks(_strided_buffers, 3, args=(memory, direct), timeout=60, env=env) == [True] * 3

@@ -4,7 +4,7 @@ model of the array, accumulate, the access context manager, read_inc, locality, 
 import numpy as np
 import pytest
 
-from gpumpi.testing import run_ranks
+from gpumpi.testing import device_windows_across_nodes, run_ranks
 
 KEYS = [(), (slice(None),), (Ellipsis,), (2,), (-1,), (slice(1, 5),), (slice(None, None, 2),),
         (slice(1, 8, 3), slice(2, None)), (Ellipsis, 2), (1, Ellipsis, slice(0, 2)), (slice(3, 3),),
@@ -90,4 +90,5 @@ def test_indexing_acc_access_on_host(n):
 
 @pytest.mark.parametrize("n", [2])
 def test_indexing_acc_access_on_the_simulated_device(n):
+    device_windows_across_nodes(n)
     assert run_ranks(_body, n, args=("device",), timeout=120, env={"GPUMPI_DEVICE": "sim"}) == [5] * n

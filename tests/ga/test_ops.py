@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from gpumpi.testing import run_ranks
+from gpumpi.testing import device_windows_across_nodes, run_ranks
 
 NRANKS = [1, 2, 3, 4]
 DIMS = (7, 9)
@@ -794,4 +794,5 @@ def _device():
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_simulated_device(n):
+    device_windows_across_nodes(n)
     assert run_ranks(_device, n, timeout=120, env={"GPUMPI_DEVICE": "sim"}) == [3] * n

@@ -243,15 +243,21 @@ def _communicators_and_collectives():
         assert y[0] == n * (n - 1) / 2
         c.Barrier()
     assert c.allgather({"r": r}) == [{"r": p} for p in range(n)]
-    # a window over one node works; over ranks of several nodes it is refused on every rank
-    w = MPI.Win.Allocate(8 * n, 8, comm=node)
-    w.Fence()
-    w.Put(np.array([float(r)]), 0, target=node.rank)
-    w.Fence()
-    w.Free()
+    # a window over one node and one over ranks of several nodes (MPI RMA) both work
+    for comm in (node, c):
+        w = MPI.Win.Allocate(8 * comm.size, 8, comm=comm)
+        w.Fence()
+        w.Put(np.array([float(r)]), 0, target=comm.rank)
+        w.Fence()
+        if comm.rank == 0:
+            assert np.array_equal(np.frombuffer(w.tomemory(), np.float64), np.array(comm.allgather(float(r))))
+        else:
+            comm.allgather(float(r))
+        w.Free()
+    # a shared window needs members that share memory
     with pytest.raises(MPI.Exception) as e:
-        MPI.Win.Allocate(8, 8, comm=c)
-    assert e.value.Get_error_class() == MPI.ERR_UNSUPPORTED_OPERATION
+        MPI.Win.Allocate_shared(8, 8, comm=c)
+    assert e.value.Get_error_class() == MPI.ERR_RMA_SHARED
     node.Free()
     c.Barrier()
     return True
@@ -259,6 +265,213 @@ def _communicators_and_collectives():
 
 def test_communicators_collectives_and_windows_across_nodes():
     assert run_mpiexec(_communicators_and_collectives, 4, nodes=2) == [True] * 4
+
+
+# --- windows and Global Arrays over ranks of several nodes (MPI RMA, gpumpi._rmampi) -------------
+def _windows_across_nodes(flavor):
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    N = 32
+    if flavor == "allocate":
+        w = MPI.Win.Allocate(8 * N, 8, comm=c)
+        mem = np.frombuffer(w.tomemory(), np.int64)
+    elif flavor == "create":
+        mem = np.zeros(N, np.int64)
+        w = MPI.Win.Create(mem, 8, comm=c)
+    else:
+        mem = np.zeros(N, np.int64)
+        w = MPI.Win.Create_dynamic(comm=c)
+        w.Attach(mem)
+    bases = c.allgather(MPI.Get_address(mem)) if flavor == "dynamic" else [0] * n
+    unit = 8 if flavor == "dynamic" else 1
+
+    def at(t, i):  # the displacement of element i of rank t
+        return bases[t] + i * unit
+
+    assert w.Get_group().Get_size() == n and w.Get_attr(MPI.WIN_CREATE_FLAVOR) == {
+        "allocate": MPI.WIN_FLAVOR_ALLOCATE, "create": MPI.WIN_FLAVOR_CREATE, "dynamic": MPI.WIN_FLAVOR_DYNAMIC}[flavor]
+    mem[:] = 0
+    c.Barrier()
+    # fence: every rank puts 100 + its rank into element r of every target, then gets them back
+    w.Fence()
+    for t in range(n):
+        w.Put(np.array([100 + r], np.int64), t, at(t, r))
+    w.Fence()
+    assert mem[:n].tolist() == [100 + p for p in range(n)]
+    got = np.zeros(n, np.int64)
+    w.Fence()
+    w.Get(got, (r + 1) % n, at((r + 1) % n, 0))
+    w.Fence()
+    assert got.tolist() == [100 + p for p in range(n)]
+    # a strided target (vector type): every other element from 8 on, of the left neighbour
+    left = (r - 1) % n
+    vec = MPI.INT64_T.Create_vector(4, 1, 2).Commit()
+    w.Fence()
+    w.Put([np.arange(4, dtype=np.int64) + 10 * r, MPI.INT64_T], left, (at(left, 8), 1, vec))
+    w.Fence()
+    right = (r + 1) % n
+    assert mem[8:16].tolist() == [10 * right, 0, 10 * right + 1, 0, 10 * right + 2, 0, 10 * right + 3, 0]
+    back = np.zeros(4, np.int64)
+    w.Lock(left, MPI.LOCK_SHARED)
+    w.Get([back, MPI.INT64_T], left, (at(left, 8), 1, vec))
+    w.Unlock(left)
+    assert back.tolist() == (np.arange(4) + 10 * r).tolist()
+    vec.Free()
+    c.Barrier()
+    # passive target atomics at rank 0 from every rank (every target through MPI): a counter of
+    # Fetch_and_op (each old value seen once), an exclusive lock around a read-modify-write, and
+    # Accumulate -- the totals are exact
+    K = 50
+    seen = []
+    one = np.ones(1, np.int64)
+    old = np.zeros(1, np.int64)
+    w.Lock_all()
+    for _ in range(K):
+        w.Fetch_and_op(one, old, 0, at(0, 20), MPI.SUM)
+        seen.append(int(old[0]))
+        w.Accumulate(np.array([2], np.int64), 0, at(0, 21), MPI.SUM)
+    w.Unlock_all()
+    for _ in range(K):
+        w.Lock(0, MPI.LOCK_EXCLUSIVE)
+        cur = np.zeros(1, np.int64)
+        w.Get(cur, 0, at(0, 22))
+        w.Flush(0)
+        w.Put(cur + 1, 0, at(0, 22))
+        w.Unlock(0)
+    allseen = sorted(sum(c.allgather(seen), []))
+    assert allseen == list(range(n * K))
+    # compare-and-swap: exactly one rank wins element 23 of the last rank
+    res = np.zeros(1, np.int64)
+    w.Lock(n - 1, MPI.LOCK_SHARED)
+    w.Compare_and_swap(np.array([r + 1], np.int64), np.zeros(1, np.int64), res, n - 1, at(n - 1, 23))
+    w.Unlock(n - 1)
+    winners = c.allgather(int(res[0]) == 0)
+    assert winners.count(True) == 1
+    c.Barrier()
+    if r == 0:
+        assert mem[20] == n * K and mem[21] == 2 * n * K and mem[22] == n * K
+    if r == n - 1:
+        assert mem[23] == winners.index(True) + 1
+    # general active target: every rank exposes to its left neighbour and accesses its right one
+    grp = c.Get_group()
+    lg, rg = grp.Incl([left]), grp.Incl([right])
+    w.Post(lg)
+    w.Start(rg)
+    w.Put(np.array([1000 + r], np.int64), right, at(right, 24))
+    w.Complete()
+    w.Wait()
+    assert mem[24] == 1000 + left
+    for g in (lg, rg, grp):
+        g.Free()
+    # errors are gpumpi's, before MPI sees the call: outside the window, a bad epoch
+    w.Lock(right, MPI.LOCK_SHARED)
+    with pytest.raises(MPI.Exception) as e:
+        w.Put(np.zeros(2, np.int64), right, at(right, N - 1))
+    assert e.value.Get_error_class() == MPI.ERR_RMA_RANGE
+    w.Unlock(right)
+    with pytest.raises(MPI.Exception) as e:
+        w.Put(np.zeros(1, np.int64), right, at(right, 0))
+    assert e.value.Get_error_class() == MPI.ERR_RMA_SYNC
+    c.Barrier()
+    if flavor == "dynamic":
+        w.Detach(mem)
+    w.Free()
+    return True
+
+
+@pytest.mark.parametrize("n, flavor", [(4, "allocate"), (3, "create"), (2, "dynamic"), (4, "dynamic")])
+def test_windows_across_nodes(n, flavor):
+    """A window over ranks of two nodes is carried by MPI RMA: each synchronization mode, a
+    datatype target, atomics exact from every rank, and gpumpi's own error checks."""
+    assert run_mpiexec(_windows_across_nodes, n, nodes=2, args=(flavor,), timeout=100) == [True] * n
+
+
+def _complex_accumulate():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    w = MPI.Win.Allocate(16 * 4, 16, comm=c)
+    mem = np.frombuffer(w.tomemory(), np.complex128)
+    mem[:] = 0
+    c.Barrier()
+    w.Lock_all()
+    for i in range(20):  # complex: the accumulate lock's way (read, add, write), still exact
+        w.Accumulate(np.full(4, complex(1, r), np.complex128), 0, 0, MPI.SUM)
+    w.Unlock_all()
+    c.Barrier()
+    ok = True
+    if r == 0:
+        ok = np.array_equal(mem, np.full(4, complex(20 * n, 20 * n * (n - 1) / 2)))
+    w.Free()
+    return ok
+
+
+def test_complex_accumulates_across_nodes_are_exact():
+    assert run_mpiexec(_complex_accumulate, 4, nodes=2, timeout=100) == [True] * 4
+
+
+def _device_window_across_nodes():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    try:
+        w = MPI.Win.Allocate(8 * n, 8, comm=c, memory="device")
+    except MPI.Exception as e:
+        return e.Get_error_class()
+    w.Fence()
+    w.Put(np.array([float(r)]), 0, r)
+    w.Fence()
+    ok = True
+    if r == 0:
+        ok = w.tomemory().get().view(np.float64).tolist() == [float(p) for p in range(n)]
+    w.Free()
+    return ok
+
+
+@pytest.mark.parametrize("aware", ["0", "1"])
+def test_device_windows_across_nodes_need_a_cuda_aware_mpi(aware):
+    """Without device pointers in the MPI library a device window over several nodes is refused
+    on every rank alike; with them (GPUMPI_MPI_CUDA=1 on the simulated device) it works."""
+    env = {"GPUMPI_DEVICE": "sim", "GPUMPI_MPI_CUDA": aware}
+    from gpumpi import MPI
+
+    want = True if aware == "1" else MPI.ERR_UNSUPPORTED_OPERATION
+    assert run_mpiexec(_device_window_across_nodes, 3, nodes=2, env=env) == [want] * 3
+
+
+def _ga_across_nodes():
+    from gpumpi import MPI, ga
+
+    ga.initialize()
+    me, n = ga.nodeid(), ga.nnodes()
+    a = ga.create(ga.C_DBL, (8, 6))
+    ga.zero(a)
+    if me == 0:
+        ga.put(a, np.arange(48.0).reshape(8, 6))
+    ga.sync()
+    ok = np.array_equal(ga.get(a), np.arange(48.0).reshape(8, 6))
+    ga.sync()  # every rank has read before anyone accumulates
+    ga.acc(a, np.ones((8, 6)), alpha=me + 1)
+    ga.sync()
+    ok = ok and np.array_equal(ga.get(a), np.arange(48.0).reshape(8, 6) + n * (n + 1) / 2)
+    cnt = ga.create(ga.C_LONG, (1,))
+    ga.zero(cnt)
+    got = [ga.read_inc(cnt, (0,)) for _ in range(25)]  # every old value handed out once
+    allgot = sorted(sum(MPI.COMM_WORLD.allgather(got), []))
+    ga.sync()
+    ok = ok and int(ga.get(cnt)[0]) == 25 * n and allgot == list(range(25 * n))
+    ga.destroy(a)
+    ga.destroy(cnt)
+    ga.terminate()
+    return bool(ok)
+
+
+def test_global_arrays_across_nodes():
+    assert run_mpiexec(_ga_across_nodes, 4, nodes=2, timeout=100) == [True] * 4
 
 
 def test_uncaught_exception_aborts_the_whole_job():
