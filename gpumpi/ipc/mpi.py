@@ -63,11 +63,62 @@ def mpi4py():
     if mod is None:
         import mpi4py as mod
     if getattr(mod, "__gpumpi__", False):
-        raise RuntimeError("gpumpi: under an MPI launcher gpumpi needs the installed mpi4py, but `import mpi4py` "
-                           "is gpumpi's shim (GPUMPI_MPI4PY=1 or gpumpirun --mpi4py): unset GPUMPI_MPI4PY")
+        return _beside_shim(mod)
     import mpi4py.MPI as M
 
     return M
+
+
+#: the name the real ``mpi4py.MPI`` is loaded under while ``mpi4py`` is gpumpi's shim
+ALIAS = "_gpumpi_mpi4py"
+
+
+def _beside_shim(shim):
+    """The installed mpi4py's compiled ``MPI`` while ``import mpi4py`` is gpumpi's shim (an
+    mpi4py program run on gpumpi under ``mpiexec``: ``GPUMPI_MPI4PY=1``): the same extension
+    file mpi4py's own finder picks (its MPI ABI suffix, ``mpi4py._mpiabi``), loaded as
+    ``_gpumpi_mpi4py.MPI`` so that ``mpi4py.MPI`` stays gpumpi's; the shim's namespace is the
+    real ``mpi4py/__init__.py``'s, so ``mpi4py.rc`` is the one both read."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+    import types
+
+    M = sys.modules.get(ALIAS + ".MPI")
+    if M is not None:
+        return M
+    real = os.path.dirname(shim.__file__)
+    from mpi4py import _mpiabi  # the real package's module (the shim's path ends with its folder)
+
+    suffix = _mpiabi._get_mpiabi_suffix("mpi4py.MPI") or ""
+    found = [os.path.join(real, f"MPI{suffix}{ext}") for ext in importlib.machinery.EXTENSION_SUFFIXES]
+    found = [f for f in found if os.path.isfile(f)]
+    if not found:
+        raise RuntimeError(f"gpumpi: under an MPI launcher gpumpi needs the installed mpi4py's MPI extension, and "
+                           f"{real} has none for MPI ABI {suffix[1:] or 'of the build'!r} (pip install mpi4py)")
+    pkg = types.ModuleType(ALIAS)
+    pkg.__path__ = [real]
+    sys.modules[ALIAS] = pkg
+    keep = shim.__dict__.get("MPI", _MISSING)
+    spec = importlib.util.spec_from_file_location(ALIAS + ".MPI", found[0])
+    M = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = M
+    try:
+        spec.loader.exec_module(M)
+    except BaseException:
+        del sys.modules[spec.name]
+        raise
+    finally:  # the extension names itself mpi4py.MPI: the program's mpi4py.MPI stays gpumpi's
+        if keep is _MISSING:
+            shim.__dict__.pop("MPI", None)
+        else:
+            shim.MPI = keep
+    pkg.MPI = M
+    return M
+
+
+_MISSING = object()
 
 
 def node_ids(comm, M, sim_nodes: int) -> list:

@@ -10,7 +10,9 @@ mpi4py's ``test/`` folder is the measure of gpumpi's drop-in promise.  This runn
 * runs one test module at a time at a given world size: on gpumpi as
   ``gpumpirun --mpi4py -n N python driver.py ...`` (``mpi4py`` resolves to gpumpi), on
   the reference as ``mpiexec -n N python driver.py ...`` with the real mpi4py + MPICH of
-  the ``test`` extra;
+  the ``test`` extra; with ``--mpiexec K``, gpumpi under that same ``mpiexec`` (``mpi4py``
+  resolves to gpumpi's shim, gpumpi's bootstrap loads the real mpi4py beside it) with the
+  ranks in K pretend nodes, so every pair of nodes talks through the ``mpi`` transport;
 * reads back what every rank recorded (``driver.py`` writes one flushed JSON line per
   test), so a crash or a hang still counts every finished test; the test in flight is
   named, and the module is resumed after it (up to :data:`MAX_RESUMES` times) so one
@@ -29,6 +31,7 @@ Usage::
     python tests/conformance/run.py --ci --check                         # what CI checks
     python tests/conformance/run.py --all -n 2 --ref --write             # reference counts
     python tests/conformance/run.py --ci --device sim --check            # on device buffers
+    python tests/conformance/run.py -n 4 --mpiexec 2 --check             # mpiexec, 2 pretend nodes
 """
 
 from __future__ import annotations
@@ -133,20 +136,27 @@ def _read(outdir: str, n: int):
     return ranks
 
 
-def _command(testdir: str, module: str, n: int, outdir: str, skipfile: str, ref: bool, timeout: float):
+def _command(testdir: str, module: str, n: int, outdir: str, skipfile: str, ref: bool, timeout: float,
+             nodes: int | None = None):
     drv = [sys.executable, DRIVER, testdir, module, outdir, skipfile]
-    if ref:
+    if ref or nodes is not None:
         mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
         if mpiexec is None:
-            raise SystemExit("run.py --ref: no mpiexec (pip install mpich mpi4py: the 'test' extra)")
+            raise SystemExit("run.py --ref/--mpiexec: no mpiexec (pip install mpich mpi4py: the 'test' extra)")
         return [mpiexec, "-n", str(n), *drv]
     return [sys.executable, "-m", "gpumpi.launch", "--mpi4py", "-n", str(n), "--timeout", str(timeout), *drv]
 
 
-def _env(ref: bool, device: str | None) -> dict:
+def _env(ref: bool, device: str | None, nodes: int | None = None) -> dict:
     env = dict(os.environ)
     env.pop("GPUMPI_MPI4PY", None)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if nodes is not None:  # gpumpi under MPICH's mpiexec: mpi4py is gpumpi's shim, K pretend nodes
+        from gpumpi._mpi4py import SHIM_DIR
+
+        parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join([SHIM_DIR, *parts])
+        env["GPUMPI_SIM_NODES"] = str(nodes)
     # mpi4py's suite runs on the compiled small-message path from the first message (by default
     # it starts after 256, which most of these short tests never reach)
     env.setdefault("GPUMPI_FASTPATH", "on")
@@ -164,7 +174,7 @@ def not_run(expected: dict, module: str, n: int) -> list[str]:
 
 
 def run_module(testdir: str, module: str, n: int, *, ref: bool = False, device: str | None = None,
-               timeout: float = MODULE_TIMEOUT, log=None, skip_patterns=()) -> ModuleResult:
+               timeout: float = MODULE_TIMEOUT, log=None, skip_patterns=(), nodes: int | None = None) -> ModuleResult:
     """Run ``test_<module>`` at ``n`` ranks, resuming after tests that crash or hang."""
     res = ModuleResult(module, n)
     t0 = time.monotonic()
@@ -176,8 +186,8 @@ def run_module(testdir: str, module: str, n: int, *, ref: bool = False, device: 
             skipfile = os.path.join(tmp, f"skip{attempt}")
             with open(skipfile, "w", encoding="utf-8") as f:
                 f.write("\n".join(sorted(skip)))
-            cmd = _command(testdir, module, n, outdir, skipfile, ref, timeout)
-            proc = subprocess.Popen(cmd, cwd=testdir, env=_env(ref, device), stdout=subprocess.PIPE,
+            cmd = _command(testdir, module, n, outdir, skipfile, ref, timeout, nodes)
+            proc = subprocess.Popen(cmd, cwd=testdir, env=_env(ref, device, nodes), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 tail, _ = proc.communicate(timeout=timeout + 30)
@@ -225,8 +235,11 @@ def save_expected(data: dict, path: str = EXPECTED) -> None:
         f.write("\n")
 
 
-def key(ref: bool, device: str | None) -> str:
-    return "mpich" if ref else (f"gpumpi-{device}" if device else "gpumpi")
+def key(ref: bool, device: str | None, nodes: int | None = None) -> str:
+    if ref:
+        return "mpich"
+    base = "gpumpi" if nodes is None else f"gpumpi-mpiexec{nodes}"
+    return f"{base}-{device}" if device else base
 
 
 def reason_for(expected: dict, module: str, test_id: str) -> str | None:
@@ -264,6 +277,8 @@ def main(argv=None) -> int:
     p.add_argument("--all", action="store_true", help="every module of the suite")
     p.add_argument("--ref", action="store_true", help="run on real mpi4py + MPICH (mpiexec)")
     p.add_argument("--device", help="GPUMPI_DEVICE for the ranks (sim: device buffers on the simulator)")
+    p.add_argument("--mpiexec", type=int, metavar="K",
+                   help="run gpumpi under MPICH's mpiexec, the ranks in K pretend nodes (GPUMPI_SIM_NODES)")
     p.add_argument("--check", action="store_true", help="exit 1 on any count below expected.json")
     p.add_argument("--write", action="store_true", help="raise expected.json's counts to these results")
     p.add_argument("--prune", action="store_true",
@@ -275,13 +290,15 @@ def main(argv=None) -> int:
     testdir = fetch()
     expected = load_expected()
     mods = all_modules(testdir) if ns.all else (ns.modules or expected["ci"])
-    which = key(ns.ref, ns.device)
+    if ns.mpiexec is not None and (ns.ref or ns.mpiexec < 1):
+        p.error("--mpiexec K: K >= 1, and not with --ref")
+    which = key(ns.ref, ns.device, ns.mpiexec)
     jobs = [(m, n) for m in mods for n in ns.n]
     t0 = time.monotonic()
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     with concurrent.futures.ThreadPoolExecutor(max(1, ns.j)) as ex:
         futs = [ex.submit(run_module, testdir, m, n, ref=ns.ref, device=ns.device, timeout=ns.timeout, log=log,
-                          skip_patterns=not_run(expected, m, n)) for m, n in jobs]
+                          skip_patterns=not_run(expected, m, n), nodes=ns.mpiexec) for m, n in jobs]
         results = [f.result() for f in futs]
     by = collections.defaultdict(dict)
     for r in results:
