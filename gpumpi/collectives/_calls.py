@@ -20,6 +20,7 @@ end (results).  The vector forms keep their blocks where they are (``Blocks``).
 from __future__ import annotations
 
 from .. import _config
+from .. import _runtime as _rt
 from .._arrays import HOST
 from .._buffers import message_simple, message_vector
 from .._p2p import _sig
@@ -141,8 +142,26 @@ def _schedule(coll: str, rank: int, size: int, **kw):
     return s
 
 
+_NODES: dict = {}  # id(world ranks of a communicator) -> (those ranks, the node of each)
+
+
+def _nodes_of(comm):
+    """The node of every rank of ``comm`` when its members are on several nodes, else None
+    (the selection table's ``nodes``: hierarchical schedules)."""
+    eng = _rt.ENGINE
+    w = comm._rw
+    if eng is None or not eng.far or eng.far.isdisjoint(w):
+        return None
+    e = _NODES.get(id(w))
+    if e is None or e[0] is not w:
+        if len(_NODES) >= _SCHEDS_MAX:
+            _NODES.clear()
+        e = _NODES[id(w)] = (w, tuple(_rt.node_of(r) for r in w))
+    return e[1]
+
+
 def _coll(comm, call: str, coll: str, kind: str, sig: int = 0, op=None, dt=None, unit: int = 1, **kw) -> Coll:
-    sched = _schedule(coll, comm._rank, comm._size, unit=unit, memory=kind, **kw)
+    sched = _schedule(coll, comm._rank, comm._size, unit=unit, memory=kind, nodes=_nodes_of(comm), **kw)
     return Coll(comm, call, sched, unit, kind, {}, sig, op, dt)
 
 
