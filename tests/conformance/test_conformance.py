@@ -9,7 +9,8 @@ Each (module, world size) of ``expected.json``'s ``ci`` list runs mpi4py 4.1.2's
 * fail no test without a one-line reason in the module's ``reasons`` (fnmatch patterns
   on test ids).
 
-The modules of ``ci_4`` run at 4 ranks too; ``ci_sizes`` names modules CI runs at fewer sizes.  The modules of ``ci_sim`` run again with ``GPUMPI_DEVICE=sim``, where the suite's
+The modules of ``ci_4`` run at 4 ranks too, those of ``ci_mpiexec`` at 4 ranks under MPICH's
+``mpiexec`` in 2 pretend nodes (``--mpiexec 2``, the ``gpumpi-mpiexec2`` counts); ``ci_sizes`` names modules CI runs at fewer sizes.  The modules of ``ci_sim`` run again with ``GPUMPI_DEVICE=sim``, where the suite's
 fake-GPU (CUDA array interface) arrays are simulated device memory, against the
 ``gpumpi-sim`` counts.  The sdist comes from PyPI through pip, once (cached).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 
 import pytest
@@ -38,12 +40,12 @@ def testdir():
     return run.fetch()
 
 
-def _check(testdir, module, n, device):
-    which = run.key(False, device)
+def _check(testdir, module, n, device, nodes=None):
+    which = run.key(False, device, nodes)
     want = EXPECTED["modules"].get(module, {}).get(which, {}).get(str(n))
     assert want is not None, f"expected.json has no {which} count for {module} at {n} ranks"
     r = run.run_module(testdir, module, n, device=device, timeout=run.MODULE_TIMEOUT,
-                       skip_patterns=run.not_run(EXPECTED, module, n))
+                       skip_patterns=run.not_run(EXPECTED, module, n), nodes=nodes)
     failing = "\n".join(f"  {o} {t}: {why}" for t, (o, why) in sorted(r.failures().items()))
     assert not r.broke, f"test_{module} at {n} ranks crashed or hung: {r.broke}\n{failing}"
     assert r.count >= want, f"test_{module} at {n} ranks: {r.count} passed < {want} expected; failing:\n{failing}"
@@ -76,6 +78,17 @@ def test_mpi4py_module_on_simulated_device(testdir, module, n):
 def test_mpi4py_module_at_four_ranks(testdir, module):
     """Intercommunicator and topology modules also at 4 ranks (uneven groups, 2-D grids)."""
     _check(testdir, module, 4, None)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("module", EXPECTED.get("ci_mpiexec", []))
+def test_mpi4py_module_under_mpiexec_on_two_nodes(testdir, module):
+    """gpumpi under MPICH's mpiexec, 4 ranks in 2 pretend nodes (every pair of nodes through the
+    ``mpi`` transport, windows through MPI RMA, hierarchical collectives): the ``gpumpi-mpiexec2``
+    counts, which equal gpumpirun's at 4 ranks (the whole suite: ``run.py -n 4 --mpiexec 2``)."""
+    if shutil.which("mpiexec", path=os.path.dirname(sys.executable)) is None and shutil.which("mpiexec") is None:
+        pytest.skip("needs mpiexec (pip install mpich mpi4py)")
+    _check(testdir, module, 4, None, nodes=2)
 
 
 def test_expectations_never_exceed_the_reference():
