@@ -490,14 +490,17 @@ class Window:
 
     # -- dynamic windows -----------------------------------------------------------------------
     def attach(self, addr: int, nbytes: int, call: str) -> None:
+        self._check_attach(addr, nbytes, call)
+        self.attached.append((addr, nbytes))
+        self._publish_attached()
+
+    def _check_attach(self, addr: int, nbytes: int, call: str) -> None:
         if len(self.attached) >= ATTACH_MAX:
             raise error(ERR_RMA_ATTACH, f"{call}: too many regions attached ({ATTACH_MAX})")
         for a, n in self.attached:
             if addr < a + n and a < addr + nbytes:
                 raise error(ERR_RMA_ATTACH, f"{call}: memory overlaps a region already attached "
                                             f"({addr:#x}+{nbytes} and {a:#x}+{n})")
-        self.attached.append((addr, nbytes))
-        self._publish_attached()
 
     def detach(self, addr: int, call: str) -> None:
         for i, (a, _n) in enumerate(self.attached):

@@ -216,17 +216,6 @@ class Window(_rma.Window):
             _rt.ENGINE.wait_until(pred)
 
     # -- locks -------------------------------------------------------------------------------
-    def lock(self, target: int, lock_type: int, assertion: int, call: str) -> None:
-        self.epochs.lock(target, lock_type, call)
-        if assertion & MODE_NOCHECK:
-            self.nocheck_locks.add(target)
-            return
-        try:
-            self._acquire(target, lock_type == LOCK_EXCLUSIVE, call)
-        except BaseException:
-            self.epochs.unlock(target, call)
-            raise
-
     def _acquire(self, target: int, exclusive: bool, call: str) -> None:
         try:
             if exclusive:
@@ -259,22 +248,6 @@ class Window(_rma.Window):
             self._release(target, kind == LOCK_EXCLUSIVE)
         except self.M.Exception as exc:
             raise self._failed(exc, call) from None
-
-    def lock_all(self, assertion: int, call: str) -> None:
-        self.epochs.lock_all(call)
-        if assertion & MODE_NOCHECK:
-            self.nocheck_locks.add(-1)
-            return
-        done = []
-        try:
-            for t in range(self.size_n):
-                self._acquire(t, False, call)
-                done.append(t)
-        except BaseException:
-            for t in done:
-                self._release(t, False)
-            self.epochs.unlock_all(call)
-            raise
 
     def unlock_all(self, call: str) -> None:
         self.epochs.unlock_all(call)
@@ -370,12 +343,7 @@ class Window(_rma.Window):
 
     # -- dynamic windows -----------------------------------------------------------------------
     def attach(self, addr: int, nbytes: int, call: str) -> None:
-        if len(self.attached) >= ATTACH_MAX:
-            raise error(ERR_RMA_ATTACH, f"{call}: too many regions attached ({ATTACH_MAX})")
-        for a, n in self.attached:
-            if addr < a + n and a < addr + nbytes:
-                raise error(ERR_RMA_ATTACH, f"{call}: memory overlaps a region already attached "
-                                            f"({addr:#x}+{nbytes} and {a:#x}+{n})")
+        self._check_attach(addr, nbytes, call)
         try:
             self.dw.Attach(self.M.buffer.fromaddress(addr, nbytes))
         except self.M.Exception as exc:
@@ -440,36 +408,29 @@ class Window(_rma.Window):
 
     def write(self, g, addr: int, plan, packed: np.ndarray, call: str) -> None:
         n = plan.nbytes
-        if not n:
-            return
-        M = self.M
-        packed = np.ascontiguousarray(packed[:n])
-        disp, count, T, free = self._target_type(plan, n, addr, M.BYTE, 1)
-        try:
-            self.dw.Put([packed, n, M.BYTE], g.rank, (disp, count, T))
-            self.dw.Flush_local(g.rank)
-        except M.Exception as exc:
-            raise self._failed(exc, call) from None
-        finally:
-            if free is not None:
-                free.Free()
+        if n:
+            self._bytes(self.dw.Put, np.ascontiguousarray(packed[:n]), g, addr, plan, call)
 
     def read(self, g, addr: int, plan, call: str) -> np.ndarray:
-        n = plan.nbytes
-        out = np.empty(n, _U8)
-        if not n:
-            return out
+        out = np.empty(plan.nbytes, _U8)
+        if plan.nbytes:
+            self._bytes(self.dw.Get, out, g, addr, plan, call)
+        return out
+
+    def _bytes(self, move, buf: np.ndarray, g, addr: int, plan, call: str) -> None:
+        """``Put`` or ``Get`` of ``buf`` (the packed bytes) to or from ``plan``'s bytes at ``addr``
+        of ``g``, complete at the origin."""
         M = self.M
+        n = len(buf)
         disp, count, T, free = self._target_type(plan, n, addr, M.BYTE, 1)
         try:
-            self.dw.Get([out, n, M.BYTE], g.rank, (disp, count, T))
+            move([buf, n, M.BYTE], g.rank, (disp, count, T))
             self.dw.Flush_local(g.rank)
         except M.Exception as exc:
             raise self._failed(exc, call) from None
         finally:
             if free is not None:
                 free.Free()
-        return out
 
     def _mpi_type(self, dtype):
         """The MPI type of a NumPy element type MPI's accumulates take (see the notes), or None."""

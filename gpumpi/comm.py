@@ -1307,10 +1307,11 @@ class Comm(Handle):
         """Barrier synchronization (MPI_Barrier)."""
         if _lean.ENABLED and not isinstance(self, Intercomm):  # small calls in a tight loop (collectives._lean)
             try:
-                _lean.barrier(self)
+                if _lean.barrier(self):
+                    return
             except MPIException as e:
                 self._raise(e)
-            return
+                return
         return self._coll_block(_calls.barrier, "Barrier")
 
     def Bcast(self, buf, root: int = 0, *, stream=None) -> None:

@@ -102,6 +102,9 @@ __all__ = ["ENABLED", "MAX_BYTES", "barrier", "bcast", "allreduce", "reduce"]
 
 #: False: every call takes the executor (tests mix the two paths across ranks with it)
 ENABLED = True
+#: the job has ranks on other nodes (an MPI launcher's): a communicator over several nodes leaves
+#: these calls to the general path, whose schedules are hierarchical (``_calls._nodes_of``)
+FAR = False
 #: the largest buffer (bytes) this path takes
 MAX_BYTES = 65536
 
@@ -589,7 +592,9 @@ def _check(err: int, errmsg, got: int, msig: int, b: int, n: int, peer: int, cal
 
 
 def barrier(comm) -> bool:
-    """MPI_Barrier on intracommunicator ``comm``; True (this path always takes it)."""
+    """MPI_Barrier on intracommunicator ``comm``; False: not taken (a communicator over several nodes)."""
+    if FAR and _calls._nodes_of(comm) is not None:
+        return False
     comm._check("Barrier")
     rank, size = comm._rank, comm._size
     key = ("barrier", rank, size)
@@ -604,6 +609,8 @@ def barrier(comm) -> bool:
 
 def bcast(comm, buf, root) -> bool:
     """MPI_Bcast of ``buf`` from ``root`` on intracommunicator ``comm``; False: not taken."""
+    if FAR and _calls._nodes_of(comm) is not None:
+        return False
     m = _LAST_BCAST
     if comm is m.comm and type(root) is int and root == m.root:
         a = _same(buf, m.rkey, m.n)
@@ -742,6 +749,8 @@ def _reduction_buffers(sendbuf, recvbuf):
 
 def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     """MPI_Allreduce on intracommunicator ``comm``; False: not taken."""
+    if FAR and _calls._nodes_of(comm) is not None:
+        return False
     if comm is _LAST.comm and op is _LAST.op and _allreduce_last(comm, sendbuf, recvbuf):
         return True
     if type(op) is not Op and not isinstance(op, Op):
@@ -781,6 +790,8 @@ def _kind(spec):
 def reduce(comm, sendbuf, recvbuf, op, root) -> bool:
     """MPI_Reduce to ``root`` on intracommunicator ``comm``; False: not taken (the receive
     buffer counts at the root only, as the executor reads it)."""
+    if FAR and _calls._nodes_of(comm) is not None:
+        return False
     m = _LAST_REDUCE
     if comm is m.comm and op is m.op and type(root) is int and root == m.root:
         ra = sa = None
@@ -858,3 +869,13 @@ def _allreduce_plan(rank: int, size: int, n: int, dt, op, inplace: bool) -> _Pla
     sched = _calls._schedule("allreduce", rank, size, unit=red.unit, memory="host", n=units, commute=True,
                              inplace=inplace)
     return _Plan(sched, red.unit, n, _sig(dt), red)
+
+
+def _note_far(eng) -> None:
+    global FAR
+    FAR = bool(eng.far)
+
+
+_rt.on_init(_note_far)
+if _rt.ENGINE is not None:
+    _note_far(_rt.ENGINE)

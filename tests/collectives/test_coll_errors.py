@@ -12,7 +12,7 @@ After every refused call the next collective must still line up on all ranks.
 import numpy as np
 import pytest
 
-from gpumpi.testing import run_ranks
+from gpumpi.testing import expected_nodes, run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -258,6 +258,9 @@ def test_receive_buffer_too_small_on_one_rank_is_err_truncate_there_only(name, c
     from gpumpi import MPI
 
     n = 3
+    # on several nodes a broadcast is hierarchical: a node leader relays, and a leader whose buffer
+    # is too small passes on what it has, so its members fail too (with an error, never wrong data)
+    relays = len(set(expected_nodes(n))) > 1 and name in ("Bcast", "Ibcast")
     for root in range(n):
         bad = root if name == "Gather" else (root + 1) % n
         got = run_ranks(_too_small, n, timeout=30, args=(name, bad, root, count))
@@ -265,6 +268,8 @@ def test_receive_buffer_too_small_on_one_rank_is_err_truncate_there_only(name, c
             if r == bad:
                 assert res[0] == MPI.ERR_TRUNCATE, (name, root, bad, res)
                 assert res[1].startswith(name + ":"), res
+            elif relays and res != "ok":
+                assert res[0] in (MPI.ERR_TRUNCATE, MPI.ERR_OTHER, MPI.ERR_COUNT) and res[1].startswith(name + ":"), res
             else:
                 assert res == "ok", (name, root, bad, r, res)
 

@@ -267,6 +267,38 @@ def test_communicators_collectives_and_windows_across_nodes():
     assert run_mpiexec(_communicators_and_collectives, 4, nodes=2) == [True] * 4
 
 
+def _hierarchical_collectives(count):
+    """Barrier/Bcast/Reduce/Allreduce over 2 nodes of 3 ranks: only the leaders (each node's
+    lowest rank; a root leads its own node) send anything through MPI, and the results are
+    NumPy's."""
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    c.Barrier()
+    sent0 = sum(_counters()[0].values())
+    for size in (1, count):
+        a = np.arange(size, dtype=np.float64) + r
+        out = np.empty(size)
+        c.Allreduce(a, out, MPI.SUM)
+        assert np.array_equal(out, n * np.arange(size) + n * (n - 1) / 2)
+        out[:] = 0
+        c.Reduce(a, out if r == 0 else None, MPI.SUM, root=0)
+        if r == 0:
+            assert np.array_equal(out, n * np.arange(size) + n * (n - 1) / 2)
+        b = np.arange(size, dtype=np.float64) if r == 0 else np.zeros(size)
+        c.Bcast(b, root=0)
+        assert np.array_equal(b, np.arange(size, dtype=np.float64))
+        c.Barrier()
+    return sum(_counters()[0].values()) - sent0
+
+
+def test_hierarchical_collectives_cross_nodes_only_between_leaders():
+    sent = run_mpiexec(_hierarchical_collectives, 6, nodes=2, args=(300_000,), timeout=100)
+    assert sent[0] > 0 and sent[3] > 0, sent  # the leaders, 0 and 3
+    assert [sent[i] for i in (1, 2, 4, 5)] == [0, 0, 0, 0], sent
+
+
 # --- windows and Global Arrays over ranks of several nodes (MPI RMA, gpumpi._rmampi) -------------
 def _windows_across_nodes(flavor):
     from gpumpi import MPI
