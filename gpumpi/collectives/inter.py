@@ -50,9 +50,9 @@ different amounts each way (MPI allows it; mpi4py's tests do it).
 from __future__ import annotations
 
 from ..constants import PROC_NULL, ROOT
-from . import select
+from . import hier, select
 from ._common import check_counts, prefix, tree
-from .schedule import RBUF, RECV, SBUF, SEND, TMP, Schedule
+from .schedule import RBUF, RECV, SBUF, SEND, Schedule
 
 __all__ = ["barrier", "bcast", "gather", "gatherv", "scatter", "scatterv", "allgather", "allgatherv",
            "alltoall", "alltoallv", "reduce", "allreduce", "reduce_scatter", "reduce_scatter_block", "embed",
@@ -82,23 +82,21 @@ def role(call: str, root: int, rsize: int) -> str:
     return "leaf"
 
 
+class _Local:
+    """Group rank ``p`` of the local group as a peer id: ``~p`` (the module docstring)."""
+
+    def __getitem__(self, p: int) -> int:
+        return ~p
+
+
+_LOCAL = _Local()
+
+
 def embed(s: Schedule, sub: Schedule, bmap: dict) -> None:
     """Append the rounds of intra schedule ``sub`` (of the local group) to ``s``: its peers
     become local peers (``~p``), ``SBUF``/``RBUF`` become ``bmap``'s buffers, its temporaries
     new temporaries of ``s``."""
-    m = dict(bmap)
-    for k, units in enumerate(sub.tmp):
-        m[TMP + k] = s.new_tmp(units)
-    for rnd in sub.rounds:
-        out = []
-        for st in rnd:
-            if st[0] in (SEND, RECV):
-                out.append((st[0], ~st[1], m[st[2]], st[3], st[4]))
-            else:
-                st = list(st)
-                st[1], st[3] = m[st[1]], m[st[3]]
-                out.append(tuple(st))
-        s.add(*out)
+    hier.embed(s, sub, _LOCAL, bmap)
 
 
 def _intra(s: Schedule, coll: str, rank: int, size: int, bmap: dict, **kw) -> None:

@@ -12,7 +12,7 @@ After every refused call the next collective must still line up on all ranks.
 import numpy as np
 import pytest
 
-from gpumpi.testing import expected_nodes, run_ranks
+from gpumpi.testing import expected_nodes, one_node_only, run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -354,6 +354,8 @@ def _user_op_raises():
 
 
 def test_a_user_op_that_raises_fails_its_rank_only_and_hangs_nobody():
+    # which ranks apply the op is the flat schedule's (hierarchical: rank 1 of nodes [0, 0, 1] only sends)
+    one_node_only(3, "the flat allreduce schedule (rank 1 applies the op)")
     from gpumpi import MPI
 
     got = run_ranks(_user_op_raises, 3, timeout=60)

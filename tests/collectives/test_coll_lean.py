@@ -235,6 +235,7 @@ def _mixed(general_ranks):
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("who", ["rank0_general", "rank0_lean"])
 def test_lean_and_executor_ranks_meet_in_one_call(n, who):
+    one_node_only(n, "the compiled collectives' path (collectives._lean: a communicator over several nodes takes the general one)")
     general = {0} if who == "rank0_general" else set(range(1, n))
     for used, lean in run_ranks(_mixed, n, args=(general,), env={"GPUMPI_FASTPATH": "on"}):
         assert used == (lean, not lean)
@@ -275,6 +276,7 @@ def _receive_errors(lean0):
 @pytest.mark.parametrize("fastpath", ["on", "off"])
 @pytest.mark.parametrize("n", [2, 3])
 def test_receive_errors_are_the_executors(n, fastpath):
+    one_node_only(n, "the compiled collectives' path (collectives._lean: a communicator over several nodes takes the general one)")
     from gpumpi import MPI
 
     per_mode = []
@@ -353,6 +355,7 @@ def _pairs_and_logicals():
 
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_pair_types_and_logical_operations(n):
+    one_node_only(n, "the compiled collectives' path (collectives._lean: a communicator over several nodes takes the general one)")
     for lean, executor in run_ranks(_pairs_and_logicals, n):
         assert lean == 2 * 2 * 2 + 2 * 3 and executor == 0
 
