@@ -35,6 +35,10 @@ from .schedule import COPY, RBUF, RECV, SBUF, SEND, TMP, Schedule
 
 __all__ = ["allreduce", "reduce", "bcast", "barrier", "contiguous", "embed", "layout"]
 
+#: the algorithms of the phases inside a node: binomial trees, the fewest rounds (shared memory
+#: moves the bytes at memory speed, so the splitting algorithms' volume savings buy nothing there)
+_NODE_REDUCE, _NODE_BCAST = "binomial", "binomial"
+
 
 def contiguous(nodes) -> bool:
     """Whether every node's ranks are one contiguous run of ranks."""
@@ -87,14 +91,14 @@ def allreduce(rank: int, size: int, *, nodes, flat, n: int = 0, commute: bool = 
     own = RBUF if inplace else SBUF
     ls = len(members)
     if ls > 1:  # the node's sum at its leader (members[0]), in its RBUF
-        sub = flat("reduce", li, ls, root=0, n=n, commute=commute, inplace=inplace and li == 0)
+        sub = flat("reduce", li, ls, root=0, n=n, commute=commute, inplace=inplace and li == 0, algorithm=_NODE_REDUCE)
         embed(s, sub, members, {SBUF: own, RBUF: RBUF})
     elif own != RBUF and n:
         s.add((COPY, SBUF, 0, RBUF, 0, n))
     if li == 0 and len(leaders) > 1:
         embed(s, flat("allreduce", lx, len(leaders), n=n, commute=commute, inplace=True), leaders, {RBUF: RBUF})
     if ls > 1:
-        embed(s, flat("bcast", li, ls, root=0, n=n), members, {RBUF: RBUF})
+        embed(s, flat("bcast", li, ls, root=0, n=n, algorithm=_NODE_BCAST), members, {RBUF: RBUF})
     return s
 
 
@@ -112,7 +116,7 @@ def reduce(rank: int, size: int, *, nodes, flat, root: int = 0, n: int = 0, comm
         part = RBUF if lead == root else (s.new_tmp(n) if rank == lead else None)
         bmap = {SBUF: own, RBUF: part if rank == lead else RBUF}
         sub = flat("reduce", li, ls, root=members.index(lead), n=n, commute=commute,
-                    inplace=me_root and inplace)
+                    inplace=me_root and inplace, algorithm=_NODE_REDUCE)
         embed(s, sub, members, bmap)
     if rank == lead and len(leaders) > 1:
         rx = leaders.index(root)
@@ -134,7 +138,8 @@ def bcast(rank: int, size: int, *, nodes, flat, root: int = 0, n: int = 0) -> Sc
     if rank == lead and len(leaders) > 1:
         embed(s, flat("bcast", lx, len(leaders), root=leaders.index(root), n=n), leaders, {RBUF: RBUF})
     if len(members) > 1:
-        embed(s, flat("bcast", li, len(members), root=members.index(lead), n=n), members, {RBUF: RBUF})
+        embed(s, flat("bcast", li, len(members), root=members.index(lead), n=n, algorithm=_NODE_BCAST), members,
+              {RBUF: RBUF})
     return s
 
 
