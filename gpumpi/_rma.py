@@ -387,14 +387,19 @@ class Window:
         for t in range(self.size_n):
             self._release(t, False)
 
-    def _acc_lock(self, g: Region, call: str) -> int:
+    def _acc_lock(self, g: Region, call: str) -> None:
+        """Take ``g``'s accumulate lock (held while an origin reads, reduces and writes)."""
         A = _atomics()
         word = g.ctl + 8 * _ACC
         me = self.me + 1
         if A.cas64(word, 0, me) != 0:
             self._wait(lambda: A.cas64(word, 0, me) == 0, f"accumulate lock of rank {g.rank}",
                        lambda: [A.load64(word) - 1], call)
-        return word
+
+    def _acc_unlock(self, g: Region) -> None:
+        A = _atomics()
+        A.fence()
+        A.store64(g.ctl + 8 * _ACC, 0)
 
     # -- active target -----------------------------------------------------------------------
     def fence(self, assertion: int, call: str) -> None:
@@ -642,16 +647,19 @@ class Window:
             else:
                 A.accumulate(addr, offs, vals, op_name, old)
             return old.view(_U8) if fetch else None
-        word = self._acc_lock(g, call)
+        return self._locked_accumulate(g, addr, plan, red, packed, op_name, fetch, call)
+
+    def _locked_accumulate(self, g: Region, addr: int, plan, red, packed, op_name: str, fetch: bool, call: str):
+        """Read, reduce and write under the target's accumulate lock; the old bytes when ``fetch``."""
+        self._acc_lock(g, call)
         try:
             cur = self.read(g, addr, plan, call)
             old = cur.copy() if fetch else None
             if op_name != "NO_OP":
-                red.host(np.ascontiguousarray(packed[:n]), cur)
+                red.host(np.ascontiguousarray(packed[:plan.nbytes]), cur)
                 self.write(g, addr, plan, cur, call)
         finally:
-            A.fence()
-            A.store64(word, 0)
+            self._acc_unlock(g)
         return old
 
     def _misaligned(self, g: Region, addr: int, offs, mis, vals, red, op_name: str, fetch: bool, call: str):
@@ -669,7 +677,7 @@ class Window:
             A.accumulate(addr, offs[ok], vals[ok], op_name, part)
             if fetch:
                 old[ok] = part
-        word = self._acc_lock(g, call)
+        self._acc_lock(g, call)
         try:
             cur = np.empty(unit, _U8)
             for i in np.flatnonzero(mis).tolist():  # in order: an offset may repeat
@@ -681,8 +689,7 @@ class Window:
                     red.host(vals[i:i + 1].view(_U8), cur)
                     cell[:] = cur
         finally:
-            A.fence()
-            A.store64(word, 0)
+            self._acc_unlock(g)
         return old.view(_U8) if fetch else None
 
     def _device_accumulate(self, g: Region, addr: int, offs, vals, op_name: str, dtype, old) -> None:
@@ -711,15 +718,18 @@ class Window:
         if g.atomic and dtype.itemsize in (1, 2, 4, 8) and not addr % dtype.itemsize:
             return np.array([A.compare_and_swap(addr, compare.view(dtype)[0], origin.view(dtype)[0], dtype)],
                             dtype).view(_U8)
-        plan = plan_for(_byte_type(dtype.itemsize), 1)
-        word = self._acc_lock(g, call)
+        return self._locked_compare_and_swap(g, addr, dtype.itemsize, origin, compare, call)
+
+    def _locked_compare_and_swap(self, g: Region, addr: int, size: int, origin, compare, call: str):
+        """Compare and swap ``size`` bytes under the target's accumulate lock; the old bytes."""
+        plan = plan_for(_byte_type(size), 1)
+        self._acc_lock(g, call)
         try:
             cur = self.read(g, addr, plan, call)
             if cur.tobytes() == compare.tobytes():
                 self.write(g, addr, plan, origin, call)
         finally:
-            A.fence()
-            A.store64(word, 0)
+            self._acc_unlock(g)
         return cur
 
 

@@ -62,7 +62,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import _rma
-from .datatypes.plan import plan_for
 from . import _runtime as _rt
 from ._rmasync import Epochs
 from .constants import LOCK_EXCLUSIVE, MODE_NOCHECK
@@ -104,6 +103,7 @@ class Window(_rma.Window):
         self.freed = False
         self.near: dict = {}  # never filled: no target's memory is reached but through MPI
         self.M = self.mc = self.dw = self.cw = None
+        self.opened: list = []  # the MPI windows whose Lock_all epoch is open (closed at free)
         self._one = np.zeros(1, np.int64)
         self._two = np.zeros(1, np.int64)
         self._res = np.zeros(1, np.int64)
@@ -154,8 +154,9 @@ class Window(_rma.Window):
             for w in (self.dw, self.cw):
                 w.Set_errhandler(M.ERRORS_RETURN)
             np.frombuffer(self.cw.tomemory(), np.int64)[:] = 0
-            self.cw.Lock_all(MODE_NOCHECK)
-            self.dw.Lock_all(MODE_NOCHECK)
+            for w in (self.cw, self.dw):
+                w.Lock_all(MODE_NOCHECK)
+                self.opened.append(w)
             self.cw.Sync()
         except M.Exception as exc:
             raise self._failed(exc, call) from None
@@ -169,12 +170,10 @@ class Window(_rma.Window):
         self.freed = True
         M = self.M
         if M is not None and not M.Is_finalized():
+            for w in self.opened:
+                w.Unlock_all()
             for w in (self.dw, self.cw):
                 if w is not None:
-                    try:
-                        w.Unlock_all()
-                    except M.Exception:
-                        pass  # not locked: creation failed before the epoch opened
                     w.Free()
             if self.mc is not None:
                 self.mc.Free()
@@ -261,13 +260,16 @@ class Window(_rma.Window):
         except self.M.Exception as exc:
             raise self._failed(exc, call) from None
 
-    def _lock_acc(self, target: int) -> None:
+    def _acc_lock(self, g, call: str) -> None:
         me = self.me + 1
-        self._wait_for(lambda: self._cas(target, _ACC, 0, me) == 0)
+        try:
+            self._wait_for(lambda: self._cas(g.rank, _ACC, 0, me) == 0)
+        except self.M.Exception as exc:
+            raise self._failed(exc, call) from None
 
-    def _unlock_acc(self, target: int) -> None:
-        self.dw.Flush(target)
-        self._word(target, _ACC, 0, self.M.REPLACE)
+    def _acc_unlock(self, g) -> None:
+        self.dw.Flush(g.rank)  # the read-modify-write is complete at the target first
+        self._word(g.rank, _ACC, 0, self.M.REPLACE)
 
     # -- active target -----------------------------------------------------------------------
     def fence(self, assertion: int, call: str) -> None:
@@ -472,21 +474,6 @@ class Window(_rma.Window):
             if free is not None:
                 free.Free()
 
-    def _locked_accumulate(self, g, addr: int, plan, red, packed, op_name: str, fetch: bool, call: str):
-        """Read, reduce and write under the target's accumulate lock (types MPI's accumulates do
-        not take here)."""
-        n = plan.nbytes
-        self._lock_acc(g.rank)
-        try:
-            cur = self.read(g, addr, plan, call)
-            old = cur.copy() if fetch else None
-            if op_name != "NO_OP":
-                red.host(np.ascontiguousarray(packed[:n]), cur)
-                self.write(g, addr, plan, cur, call)
-        finally:
-            self._unlock_acc(g.rank)
-        return old
-
     def compare_and_swap(self, g, addr: int, dtype, origin: np.ndarray, compare: np.ndarray, call: str):
         M = self.M
         size = dtype.itemsize
@@ -502,12 +489,4 @@ class Window(_rma.Window):
             except M.Exception as exc:
                 raise self._failed(exc, call) from None
             return out
-        plan = plan_for(_rma._byte_type(size), 1)
-        self._lock_acc(g.rank)
-        try:
-            cur = self.read(g, addr, plan, call)
-            if cur.tobytes() == compare.tobytes():
-                self.write(g, addr, plan, origin, call)
-        finally:
-            self._unlock_acc(g.rank)
-        return cur
+        return self._locked_compare_and_swap(g, addr, size, origin, compare, call)
