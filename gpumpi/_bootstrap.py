@@ -62,7 +62,7 @@ class World:
             from .ipc.ring import max_frame
 
             ring = seg.ring_size
-            far = MpiFrames(mpi[0], mpi[1], self.far, max_frame(ring) - _HLEN)
+            far = MpiFrames(mpi[0], mpi[1], self.far, max_frame(ring) - _HLEN, cfg.mpi_eager)
         self.frames = ShmTransport(rank, size, seg, cfg.ring_size, self.local, far)
         self.names = _config.parse_transports(cfg.transports)
         self.regions = _ipc.routes(self.names, self)

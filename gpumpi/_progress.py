@@ -61,6 +61,7 @@ from .errors import (
 )
 from .ipc.base import DEVICE, DIRECT, HOST, WRITE, PeerGone, address_of, pick
 from .ipc.jobseg import FINALIZED, FINALIZING, QUIESCENT
+from .ipc.shm import FAR
 
 _sched_yield = os.sched_yield
 _sleep = time.sleep
@@ -202,6 +203,10 @@ class Engine:
         self.held_bytes = 0
         self.ftab = self.fout = self.fring = None
         self.fsize = 0
+        # the compiled path to ranks of other nodes (gpumpi.ipc.fastmpi): its table and functions
+        self.mtab = self.msend = self.mrecv = None
+        # messages above this go to ranks of other nodes pushed ahead (GPUMPI_MPI_EAGER)
+        self.far_eager = min(cfg.mpi_eager, self.eager_limit) if self.far else self.eager_limit
         self._tls = threading.local()  # recv_fast's result array of each thread but the only one
         try:
             cores = len(os.sched_getaffinity(0))
@@ -254,6 +259,19 @@ class Engine:
             x.region = region
             self.tr.send(wpeer, P.RTS, P.FLAG_OFFER, src, ctx, tag, wire, m, bytes((region.ident,)) + body)
 
+    def _push_ahead(self, x: Xfer, region, wpeer: int, src: int, ctx: int, tag: int, wire: int, mem,
+                    nbytes: int) -> None:
+        """Send the RTS of ``x`` with every byte of ``mem`` (host pieces, or a device
+        ``(adapter, address, stream)``) pushed right after it through the direct ``region``:
+        the receiver answers nothing (``_protocol``: pushed ahead)."""
+        x.msgid = m = self._new_msgid()
+        x.region = region
+        x.want = nbytes
+        self.tr.send(wpeer, P.RTS, P.FLAG_OFFER | P.FLAG_PUSHED, src, ctx, tag, wire, m, bytes((region.ident,)))
+        x.pend = region.send_from(wpeer, m, mem, nbytes)
+        x.state = P.step(P.SEND, x.state, "rts_pushed")
+        self.direct.append(x)
+
     # --- posting --------------------------------------------------------------------------
     def isend(self, bufs, nbytes: int, wpeer: int, src: int, tag: int, ctx: int, mode: int, call: str,
               addrs=None, sig: int = 0) -> Xfer:
@@ -273,11 +291,17 @@ class Engine:
                 return x
             tr = self.tr
             # the hot path: P.send_plan(...) == "eager", decided inline
-            if nbytes <= self.eager_limit and mode != P.SYNCHRONOUS:
+            if nbytes <= self.eager_limit and mode != P.SYNCHRONOUS and (nbytes <= self.far_eager or
+                                                                          wpeer not in self.far):
                 fs = self.fsend
-                if fs is not None and addrs is not None and len(addrs) == 1 and tr.backlog[wpeer] is None and \
-                        fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addrs[0], nbytes):
-                    return SENT
+                if fs is not None and addrs is not None and len(addrs) == 1:
+                    bl = tr.backlog[wpeer]
+                    if bl is None:
+                        if fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addrs[0], nbytes):
+                            return SENT
+                    elif bl is FAR and self.mtab is not None and nbytes <= self.far_eager and \
+                            self.msend(self.mtab, wpeer, src, ctx, tag, sig, addrs[0], nbytes) == 1:
+                        return SENT
                 payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
                 if tr.try_send(wpeer, P.EAGER, 0, src, ctx, tag, wire, 0, payload):
                     return SENT
@@ -299,7 +323,10 @@ class Engine:
                     addrs = [address_of(b) for b in bufs]
                 x.segs = segs = [(a, len(b)) for a, b in zip(addrs, bufs)]
                 region = pick(self.host, wpeer)
-                self._rts(x, region, wpeer, src, ctx, tag, wire, region.offer(wpeer, segs) if region else None)
+                if region is not None and region.caps & DIRECT and mode != P.SYNCHRONOUS:
+                    self._push_ahead(x, region, wpeer, src, ctx, tag, wire, segs, nbytes)
+                else:
+                    self._rts(x, region, wpeer, src, ctx, tag, wire, region.offer(wpeer, segs) if region else None)
             x.peer = wpeer
             x.tag = tag
             x.ctx = ctx
@@ -340,7 +367,12 @@ class Engine:
                 if release is not None:
                     x.on_done = lambda _x: release()
             x.dev = (ad, src_addr, ev)
-            self._rts(x, region, wpeer, src, ctx, tag, nbytes | (sig << P.SIG_SHIFT) if sig else nbytes, body)
+            wire = nbytes | (sig << P.SIG_SHIFT) if sig else nbytes
+            if region is not None and region.caps & DIRECT and mode != P.SYNCHRONOUS:
+                cs = self.copy_stream(ad)
+                self._push_ahead(x, region, wpeer, src, ctx, tag, wire, (ad, self._ordered(x, cs), cs), nbytes)
+            else:
+                self._rts(x, region, wpeer, src, ctx, tag, wire, body)
             self.progress()
         return x
 
@@ -434,6 +466,17 @@ class Engine:
         self.fsize = tr.out[self.rank].size
         self.ftab_a, self.fout_a = self.ftab.ctypes.data, self.fout.ctypes.data  # for rounds (addresses)
         self.fsend, self.fwait, self.frecv, self.frounds = send, wait, recv, rounds
+        far = self.farframes
+        if far is not None:
+            try:
+                mt = far.fast_table()
+                if mt is not None:
+                    from .ipc import fastmpi
+
+                    self.msend, self.mrecv = fastmpi.kernels()
+                    self.mtab = mt
+            except Exception:  # noqa: BLE001 -- unable to compile here: the general path serves
+                self.mtab = None
 
     def send_fast(self, wpeer: int, src: int, ctx: int, tag: int, addr: int, nbytes: int, sig: int) -> bool:
         """A standard send of ``nbytes`` contiguous host bytes at ``addr``, written into the ring to
@@ -446,12 +489,27 @@ class Engine:
                 return False
             fs = self.fsend
         if nbytes > self.eager_limit or self.tr.backlog[wpeer] is not None or self.failed:
+            if self.mtab is not None and self.tr.backlog[wpeer] is FAR and nbytes <= self.far_eager and \
+                    not self.failed:
+                return self._send_far(wpeer, src, ctx, tag, sig, addr, nbytes)
             return False
         if _threads():
             with self.lock:
                 return self.tr.backlog[wpeer] is None and fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addr,
                                                               nbytes) == 1
         return fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addr, nbytes) == 1
+
+    def _send_far(self, wpeer: int, src: int, ctx: int, tag: int, sig: int, addr: int, nbytes: int) -> bool:
+        """An eager frame to a rank of another node by the compiled path (``fastmpi.send``):
+        True, sent; False, nothing done (no free send slot: the engine's path sends it)."""
+        if _threads():
+            with self.lock:
+                rc = self.msend(self.mtab, wpeer, src, ctx, tag, sig, addr, nbytes)
+        else:
+            rc = self.msend(self.mtab, wpeer, src, ctx, tag, sig, addr, nbytes)
+        if rc < 0:
+            raise RuntimeError(f"gpumpi: MPI_Isend of a frame to rank {wpeer} failed")
+        return rc == 1
 
     def _fast_clear(self, ctx: int) -> bool:
         """Whether a new blocking receive on ``ctx`` is served by the next matching frame alone:
@@ -486,7 +544,7 @@ class Engine:
         if q is not None and (q.posted or q.unexpected):
             return None
         if self.far and (wpeer < 0 or wpeer in self.far):
-            return None  # the message may come through another transport
+            return self._recv_far(source, wpeer, tag, ctx, addr, cap, sig)
         if not self.typecheck:
             sig = 0
         if _threads():
@@ -509,6 +567,28 @@ class Engine:
             if _threads():
                 return self._recv_fast_shared(fr, source, wpeer, tag, ctx, addr, cap, sig)
             rc = fr(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, self.spin_next, self.epoch, out)
+        return out if rc == _GOT else None
+
+    def _recv_far(self, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int):
+        """:meth:`recv_fast` of a receive that a rank of another node may satisfy (its source,
+        or ANY_SOURCE): the compiled path of :mod:`gpumpi.ipc.fastmpi`, which watches this
+        node's rings too.  Only the one thread: with others, the engine's path serves."""
+        mr = self.mrecv
+        if mr is None or _threads():
+            return None
+        if not self.typecheck:
+            sig = 0
+        out = self.fout
+        big = cap > self.eager_limit
+        rc = mr(self.mtab, self.ftab, wpeer, ctx, source, tag, sig, addr, cap, 1 if big else self.spin_first,
+                self.epoch, out)
+        spins = 0
+        while rc == _EMPTY and not big:  # nothing yet: back off between short spins
+            spins += 1
+            self.backoff(spins + 50)
+            rc = mr(self.mtab, self.ftab, wpeer, ctx, source, tag, sig, addr, cap, self.spin_next, self.epoch, out)
+        if rc < 0:
+            raise RuntimeError("gpumpi: an MPI call of the compiled receive failed")
         return out if rc == _GOT else None
 
     def _recv_fast_shared(self, fr, source, wpeer, tag, ctx, addr, cap, sig):
@@ -599,13 +679,16 @@ class Engine:
         if plan == P.DIRECT:  # post the receive into the destination, then ask for exactly ``take`` bytes
             dst = (x.dev[0], self._dev_addr(x, take), self._recv_stream(x, x.dev[0])) if wants_device \
                 else self._host_addr(x, take)
-            x.pend = region.recv_into(peer, msgid, dst, take)
+            pushed = flags & P.FLAG_PUSHED
+            # pushed ahead: every byte comes; those beyond ``take`` land in scratch memory
+            x.pend = region.recv_into(peer, msgid, dst, take, n if pushed else take)
             x.ondev = wants_device
             x.got, x.nbytes, x.peer, x.msgid = 0, take, peer, msgid
             x.state = P.step(P.RECV, x.state, plan)
             self.pulls[(peer, msgid)] = x
             self.direct.append(x)
-            self.tr.send(peer, P.CTS, P.FLAG_DIRECT, 0, ctx, 0, take, msgid)
+            if not pushed:
+                self.tr.send(peer, P.CTS, P.FLAG_DIRECT, 0, ctx, 0, take, msgid)
             return
         if plan == P.SPLIT:
             addr = self._host_addr(x, take)
@@ -687,7 +770,7 @@ class Engine:
         if kind == P.EAGER:
             arr.data = self._hold(payload)
         self.matcher.add_unexpected(ctx, src, tag, arr)
-        if flags & P.FLAG_SYNC or kind == P.RTS:
+        if flags & P.FLAG_SYNC or (kind == P.RTS and not flags & P.FLAG_PUSHED):
             self.cancellable[(peer, msgid)] = arr
 
     # Unexpected eager payloads are copied out of the ring into buffers kept for reuse.  A new

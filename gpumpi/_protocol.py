@@ -42,6 +42,13 @@ A *direct* region (capability ``DIRECT``: the ``mpi`` transport between nodes) m
 data two-sided: the receiver posts its receive into the destination, then answers CTS
 with ``FLAG_DIRECT`` and the byte count it takes; the sender then sends that many bytes
 through the region and completes when they are gone, the receiver when they arrived.
+A sender may instead *push ahead* through a direct region (RTS with ``FLAG_OFFER |
+FLAG_PUSHED``): it sends all the bytes at once, right after the RTS, and the receiver,
+once it matched, posts its receive of all of them (what does not fit, or a mismatched
+type's bytes, into scratch memory) and answers nothing; the message costs one frame
+instead of three, and the data's flow control is the MPI library's.  Such a send
+cannot be cancelled (it is already on its way: MPI_Cancel then fails, and the send
+completes normally).
 
 Send states (``SEND``)::
 
@@ -57,6 +64,7 @@ Send states (``SEND``)::
                                      CANCELLING -cts-> CANCELLING_CTS
                                      CANCELLING_CTS -not_cancelled-> PUSHING
     direct (CTS with FLAG_DIRECT)  : PUSHING -pushed-> DONE   (the region sent the bytes)
+    pushed ahead (FLAG_PUSHED)     : START -rts_pushed-> PUSHING -pushed-> DONE
     split (large, both sides copy) : WAIT_ACK -write-> WAIT_ACK   (tail written, WDONE sent)
                                      CANCELLING -write-> CANCELLING
 
@@ -90,6 +98,7 @@ FLAG_LAST = 8  # DATA: final chunk
 FLAG_FAILED = 16  # WDONE: the sender could not write the tail
 FLAG_DIRECT = 32  # CTS: send ``nbytes`` through the region that offered (its two-sided channel)
 FLAG_SLAB = 64  # DATA: no payload; the chunk is in slot ``tag`` of the sender's staging slab, ``nbytes`` long
+FLAG_PUSHED = 128  # RTS: every byte is already on its way through the offering (direct) region: no CTS
 #: WRT payload: receiver address for the tail, the tail's byte offset in the message.
 WRT_BODY = struct.Struct("<QQ")
 
@@ -117,6 +126,7 @@ SEND = {
     (START, "eager"): DONE,
     (START, "eager_sync"): WAIT_ACK,
     (START, "rts"): WAIT_ACK,
+    (START, "rts_pushed"): PUSHING,
     (WAIT_ACK, "ack"): DONE,
     (WAIT_ACK, "cts"): PUSHING,
     (PUSHING, "pushed"): DONE,

@@ -38,10 +38,11 @@ transports reach no peer.
 
 from __future__ import annotations
 
+import ctypes
 from collections import deque
 
 from .._protocol import HEADER, HLEN, STATE
-from .base import DEVICE, DIRECT, HOST, Frames, Region, register
+from .base import DEVICE, DIRECT, HOST, Frames, Region, address_of, register
 
 _pack_into = HEADER.pack_into
 _unpack_from = HEADER.unpack_from
@@ -50,6 +51,8 @@ TAG_FRAME = 1
 TAG_DATA = 2
 #: receives of frames kept posted
 NRECV = 16
+#: send slots of the compiled path (fastmpi)
+NSEND = 64
 #: chunks in flight per staged device transfer
 DEPTH = 4
 
@@ -163,7 +166,9 @@ class MpiFrames(Frames):
 
     name = "mpi"
 
-    def __init__(self, M, comm, far: list, max_payload: int) -> None:
+    def __init__(self, M, comm, far: list, max_payload: int, eager: int = 0) -> None:
+        import numpy as np
+
         self.M = M
         self.comm = comm
         self.far = far  # the ranks of other nodes
@@ -171,14 +176,22 @@ class MpiFrames(Frames):
         self.fmax = HLEN + max_payload
         self.sends: deque = deque()  # (request, buffer) until MPI completed the send
         self.status = M.Status()
-        self.rq: deque = deque()  # posted frame receives, in the order posted: (request, buffer)
-        for _ in range(NRECV):
-            self._post(bytearray(self.fmax))
+        # the frame receives: persistent, started in ring order and consumed in it (``rctl[0]``
+        # is the next one), so the compiled path (fastmpi) can take one and restart it too
+        self.rbuf = np.zeros((NRECV, self.fmax), dtype=np.uint8)
+        self.preq = [comm.Recv_init([self.rbuf[i], M.BYTE], M.ANY_SOURCE, TAG_FRAME) for i in range(NRECV)]
+        M.Prequest.Startall(self.preq)
+        self.rctl = np.zeros(2, dtype=np.int64)  # the next frame receive; its source + 1 once seen done
         self.states = {p: 0 for p in far}
-        self.count = dict.fromkeys(far, 0)  # frames sent per peer (what the tests count)
+        self.sent = np.zeros(comm.Get_size(), dtype=np.int64)  # frames sent per peer (what the tests count)
+        self.eager = min(eager, max_payload)  # payloads the compiled sends take (0: none)
+        self.mt = None  # the compiled path's table (fast_table), once asked for
+        self.sreq = None
 
-    def _post(self, buf) -> None:
-        self.rq.append((self.comm.Irecv([buf, self.M.BYTE], self.M.ANY_SOURCE, TAG_FRAME), buf))
+    @property
+    def count(self) -> dict:
+        """Frames sent per rank of another node."""
+        return {p: int(self.sent[p]) for p in self.far}
 
     def send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int,
              payload=None, token=None) -> bool:
@@ -186,7 +199,7 @@ class MpiFrames(Frames):
         if n > self.fmax:
             raise ValueError(f"mpi transport: frame of {n} bytes exceeds the largest ({self.fmax})")
         buf = bytearray(n)
-        self.count[peer] += 1
+        self.sent[peer] += 1
         _pack_into(buf, 0, n, kind, flags, src, ctx, tag, nbytes, msgid)
         if n > HLEN:
             buf[HLEN:] = payload
@@ -209,29 +222,117 @@ class MpiFrames(Frames):
 
     def poll(self, handler, budget: int = 64) -> int:
         got = 0
-        rq = self.rq
+        rctl = self.rctl
+        preq = self.preq
         st = self.status
         while got < budget:
-            req, buf = rq[0]
-            if not req.Test(st):
+            h = int(rctl[0])
+            req = preq[h]
+            peer = int(rctl[1]) - 1  # its source, if a look already saw it complete (see arrived)
+            if peer >= 0:
+                req.Test()
+            elif req.Test(st):
+                peer = st.Get_source()
+            else:
                 break
-            rq.popleft()
-            peer = st.Get_source()
+            rctl[0] = (h + 1) % NRECV
+            rctl[1] = 0
+            buf = self.rbuf[h]
             hdr = _unpack_from(buf, 0)
             if hdr[1] == STATE:
                 if hdr[6] > self.states[peer]:
                     self.states[peer] = hdr[6]
             else:
                 handler(peer, hdr, memoryview(buf)[HLEN : hdr[0]])
-            self._post(buf)
+            req.Start()
             got += 1
         if self.sends:
             self._reap()
         return got
 
     def arrived(self) -> bool:
-        """Whether the first posted frame receive completed (asked without completing it)."""
-        return self.rq[0][0].Get_status()
+        """Whether the next frame receive completed (asked without completing it).
+
+        Once ``MPI_Request_get_status`` saw a persistent receive complete, MPICH's ``MPI_Test``
+        of it returns an empty status (MPICH 4-5: the look completes the inner request): the
+        look records the source in ``rctl[1]`` (source + 1; 0: not seen), where the poll and
+        the compiled path read it."""
+        rctl = self.rctl
+        if rctl[1]:
+            return True
+        st = self.status
+        if self.preq[int(rctl[0])].Get_status(st):
+            rctl[1] = st.Get_source() + 1
+            return True
+        return False
+
+    # --- the compiled path (gpumpi.ipc.fastmpi) ------------------------------------------------
+    def fast_table(self):
+        """The table of :mod:`gpumpi.ipc.fastmpi` (int64 array; built once): the MPI functions'
+        addresses in the library mpi4py loaded, the handles, and the shared requests and
+        buffers (``eager`` payload bytes per send slot, ``NSEND`` slots); None where the
+        library's functions cannot be found or nothing is sent compiled (``eager`` 0)."""
+        if self.mt is not None or not self.eager:
+            return self.mt
+        import numpy as np
+
+        from . import fastmpi as FM
+
+        M = self.M
+        try:
+            lib = ctypes.CDLL(M.__file__)  # its symbols resolve through the MPI library it links
+            fps = [ctypes.cast(getattr(lib, f), ctypes.c_void_p).value
+                   for f in ("MPI_Isend", "MPI_Test", "MPI_Start", "MPI_Request_get_status", "MPI_Irecv")]
+            for f in ("MPI_Testall", "MPI_Waitall"):
+                getattr(lib, f).restype = ctypes.c_int
+        except (OSError, AttributeError):
+            return None
+        hw = M._sizeof(M.Request)
+        if hw not in (4, 8) or M._sizeof(M.Comm) != hw or M._sizeof(M.Datatype) != hw:
+            return None
+        hty = np.int32 if hw == 4 else np.int64
+        st = M.Status()  # where MPI_SOURCE is in an MPI_Status: set it, find it
+        st.Set_source(0x5A5A5A5)
+        raw = ctypes.string_at(M._addressof(st), M._sizeof(M.Status))
+        soff = raw.find((0x5A5A5A5).to_bytes(4, "little"))
+        if soff < 0:
+            return None
+        self._lib = lib
+        def h(obj):  # a handle as the signed integer of its width (how the compiled code loads it)
+            v = M._handleof(obj) & ((1 << (8 * hw)) - 1)
+            return v - (1 << (8 * hw)) if v >> (8 * hw - 1) else v
+
+        self.hreq = np.array([h(r) for r in self.preq], dtype=hty)
+        slot = (HLEN + self.eager + 63) & -64
+        self.sbuf = np.zeros(NSEND * slot, dtype=np.uint8)
+        null = h(M.REQUEST_NULL)
+        self.sreq = np.full(NSEND, null, dtype=hty)
+        self.sctl = np.zeros(1, dtype=np.int64)
+        self.fstatus = np.zeros(max(64, M._sizeof(M.Status)), dtype=np.uint8)
+        self.fflag = np.zeros(2, dtype=np.int32)
+        row = {
+            "isend": fps[0], "test": fps[1], "start": fps[2], "getstatus": fps[3], "irecv": fps[4], "hw": hw,
+            "comm": h(self.comm), "byte": h(M.BYTE), "reqnull": null, "soff": soff,
+            "nrecv": NRECV, "rbuf": self.rbuf.ctypes.data, "fmax": self.fmax, "hreq": self.hreq.ctypes.data,
+            "rctl": self.rctl.ctypes.data, "nsend": NSEND, "sbuf": self.sbuf.ctypes.data, "slot": slot,
+            "sreq": self.sreq.ctypes.data, "sctl": self.sctl.ctypes.data, "status": self.fstatus.ctypes.data,
+            "flag": self.fflag.ctypes.data, "count": self.sent.ctypes.data, "tag": TAG_FRAME,
+        }
+        self.mt = np.array([row[k] for k in FM.MT], dtype=np.int64)
+        return self.mt
+
+    def _fast_sends(self, wait: bool) -> bool:
+        """Whether the compiled path's sends are all done (``wait``: after waiting for them):
+        ``MPI_Testall``/``MPI_Waitall`` on its request slots, which they set to null."""
+        if self.sreq is None:
+            return True
+        lib = self._lib
+        f = lib.MPI_Waitall if wait else lib.MPI_Testall
+        stats = ctypes.create_string_buffer(NSEND * self.M._sizeof(self.M.Status))
+        if wait:
+            return f(NSEND, ctypes.c_void_p(self.sreq.ctypes.data), stats) == 0
+        flag = ctypes.c_int(0)
+        return f(NSEND, ctypes.c_void_p(self.sreq.ctypes.data), ctypes.byref(flag), stats) == 0 and flag.value != 0
 
     def publish(self, state: int) -> None:
         """Tell every rank of the other nodes our finalize state word (after every frame sent to it)."""
@@ -251,26 +352,31 @@ class MpiFrames(Frames):
 
     def idle(self) -> bool:
         self._reap()
-        return not self.sends
+        if self.sends:
+            return False
+        return self._fast_sends(False)
 
     def close(self) -> None:
         if self.M.Is_finalized():  # the program finalized MPI itself: nothing can be released
-            self.rq.clear()
+            self.preq.clear()
             self.sends.clear()
             return
-        for req, _buf in self.rq:
+        for req in self.preq:
             try:
                 req.Cancel()
                 req.Wait()
+                req.Free()
             except Exception:  # noqa: BLE001 -- MPI finalized or aborting: nothing left to release
                 pass
-        self.rq.clear()
+        self.preq.clear()
         for req, _buf in self.sends:
             try:
                 req.Wait()
             except Exception:  # noqa: BLE001
                 pass
         self.sends.clear()
+        self._fast_sends(True)
+        self.sreq = None
 
 
 # --- bulk data --------------------------------------------------------------------------------
@@ -293,7 +399,36 @@ class _Requests:
     def test(self) -> bool:
         if self.reqs and not self.M.Request.Testall(self.reqs):
             return False
-        self.reqs = self.keep = None
+        self.reqs = None
+        return True
+
+
+class _Spill:
+    """A receive of more bytes than the destination takes: into scratch host memory, then
+    the first ``nbytes`` to ``dst`` (a host address, or device ``(adapter, address, stream)``)."""
+
+    __slots__ = ("dst", "nbytes", "rq")
+
+    def __init__(self, region, dst, nbytes: int, rq: _Requests) -> None:
+        self.dst, self.nbytes, self.rq = dst, nbytes, rq
+
+    def test(self) -> bool:
+        rq = self.rq
+        if rq is None:
+            return True
+        scratch = rq.keep[0]
+        if not rq.test():
+            return False
+        n, dst = self.nbytes, self.dst
+        if n:
+            src = address_of(scratch)
+            if isinstance(dst, tuple):
+                ad, addr, s = dst
+                ad.memcpy(addr, src, n, s)
+                ad.stream_synchronize(s)
+            else:
+                ctypes.memmove(dst, src, n)
+        self.rq = None
         return True
 
 
@@ -389,10 +524,16 @@ class _MpiRegion(Region):
         return TAG_DATA + msgid % self.span
 
     # --- the direct plan -------------------------------------------------------------------
-    def recv_into(self, peer: int, msgid: int, dst, nbytes: int):
+    def recv_into(self, peer: int, msgid: int, dst, nbytes: int, total: int | None = None):
         """Post the receive of ``nbytes`` sent by ``peer`` for its message ``msgid`` into ``dst``
         (host: an address; device: ``(adapter, address, stream ordered after the consumer)``):
-        an object whose ``test()`` is true once the bytes are there."""
+        an object whose ``test()`` is true once the bytes are there.  ``total`` > ``nbytes``:
+        the sender sends ``total`` bytes (pushed ahead); they land in host scratch memory, and
+        the first ``nbytes`` are copied to ``dst`` when all arrived (a truncated receive, or a
+        mismatched type's: ``nbytes`` 0)."""
+        if total is not None and total > nbytes:
+            self.count[peer] = self.count.get(peer, 0) + 1
+            return _Spill(self, dst, nbytes, self._post(self.comm.Irecv, 0, peer, self._tag(msgid), total))
         return self._start(self.comm.Irecv, peer, msgid, dst, nbytes, False)
 
     def send_from(self, peer: int, msgid: int, src, nbytes: int):
@@ -421,15 +562,19 @@ class _MpiRegion(Region):
         return self._post(op, mem, peer, tag, nbytes)
 
     def _post(self, op, addr: int, peer: int, tag: int, nbytes: int):
+        """``op`` (Isend/Irecv) of ``nbytes`` at ``addr`` in messages of at most ``chunk`` bytes;
+        ``addr`` 0: into a scratch buffer of their own (``keep[0]``)."""
         M, ch = self.M, self.chunk
+        keep = None
+        if not addr:
+            keep = [bytearray(nbytes)]
+            addr = address_of(keep[0])
         reqs = [op(_buffer(M, addr + off, min(ch, nbytes - off)), peer, tag) for off in range(0, nbytes, ch)]
-        return _Requests(M, reqs, None)
+        return _Requests(M, reqs, keep)
 
     def _post_segments(self, segs, peer: int, tag: int, nbytes: int):
         """A source of several pieces: each chunk of one piece goes as it is, a chunk spanning
         pieces is gathered into a buffer of its own first (kept until it is sent)."""
-        import ctypes
-
         M, ch = self.M, self.chunk
         reqs, keep = [], []
         pieces = []  # (address, length) of the first nbytes
