@@ -74,6 +74,7 @@ _threads = _thread._count  # threads started from Python besides the main one (0
 _SPIN = (1024, 64)
 _SPIN_OVERSUBSCRIBED = (32, 16)
 _EMPTY, _GOT = 0, 1  # fastring's results
+_PENDING = 4  # fastmpi's: a pushed message's data request still going
 
 SEND, RECV, GREQ = 0, 1, 2
 
@@ -204,7 +205,9 @@ class Engine:
         self.ftab = self.fout = self.fring = None
         self.fsize = 0
         # the compiled path to ranks of other nodes (gpumpi.ipc.fastmpi): its table and functions
-        self.mtab = self.msend = self.mrecv = None
+        self.mtab = self.msend = self.mrecv = self.mpush = None
+        self.mchunk = 0
+        self.mtab_a = 0
         # messages above this go to ranks of other nodes pushed ahead (GPUMPI_MPI_EAGER)
         self.far_eager = min(cfg.mpi_eager, self.eager_limit) if self.far else self.eager_limit
         self._tls = threading.local()  # recv_fast's result array of each thread but the only one
@@ -300,7 +303,7 @@ class Engine:
                         if fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addrs[0], nbytes):
                             return SENT
                     elif bl is FAR and self.mtab is not None and nbytes <= self.far_eager and \
-                            self.msend(self.mtab, wpeer, src, ctx, tag, sig, addrs[0], nbytes) == 1:
+                            self.msend(self.mtab_a, wpeer, src, ctx, tag, sig, addrs[0], nbytes) == 1:
                         return SENT
                 payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
                 if tr.try_send(wpeer, P.EAGER, 0, src, ctx, tag, wire, 0, payload):
@@ -469,12 +472,14 @@ class Engine:
         far = self.farframes
         if far is not None:
             try:
-                mt = far.fast_table()
+                mt = far.fast_table(self.host)
                 if mt is not None:
                     from .ipc import fastmpi
 
-                    self.msend, self.mrecv = fastmpi.kernels()
+                    self.msend, self.mrecv, self.mpush = fastmpi.kernels()
+                    self.mchunk = self.world.cfg.mpi_chunk
                     self.mtab = mt
+                    self.mtab_a = mt.ctypes.data
             except Exception:  # noqa: BLE001 -- unable to compile here: the general path serves
                 self.mtab = None
 
@@ -491,7 +496,14 @@ class Engine:
         if nbytes > self.eager_limit or self.tr.backlog[wpeer] is not None or self.failed:
             if self.mtab is not None and self.tr.backlog[wpeer] is FAR and nbytes <= self.far_eager and \
                     not self.failed:
-                return self._send_far(wpeer, src, ctx, tag, sig, addr, nbytes)
+                if _threads():
+                    with self.lock:
+                        rc = self.msend(self.mtab_a, wpeer, src, ctx, tag, sig, addr, nbytes)
+                else:
+                    rc = self.msend(self.mtab_a, wpeer, src, ctx, tag, sig, addr, nbytes)
+                if rc < 0:
+                    raise RuntimeError(f"gpumpi: MPI_Isend of a frame to rank {wpeer} failed")
+                return rc == 1
             return False
         if _threads():
             with self.lock:
@@ -499,17 +511,31 @@ class Engine:
                                                               nbytes) == 1
         return fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addr, nbytes) == 1
 
-    def _send_far(self, wpeer: int, src: int, ctx: int, tag: int, sig: int, addr: int, nbytes: int) -> bool:
-        """An eager frame to a rank of another node by the compiled path (``fastmpi.send``):
-        True, sent; False, nothing done (no free send slot: the engine's path sends it)."""
-        if _threads():
-            with self.lock:
-                rc = self.msend(self.mtab, wpeer, src, ctx, tag, sig, addr, nbytes)
-        else:
-            rc = self.msend(self.mtab, wpeer, src, ctx, tag, sig, addr, nbytes)
+    def push_far(self, wpeer: int, src: int, ctx: int, tag: int, addr: int, nbytes: int, sig: int) -> bool:
+        """A blocking standard send (``Send``) that :meth:`send_fast` declined: a message to a
+        rank of another node above the far eager limit is pushed ahead by the compiled path
+        (``fastmpi.push``) and waited for here: True, sent (complete); False, nothing done."""
+        if self.mtab is None or nbytes <= self.far_eager or nbytes > self.mchunk or self.failed or \
+                self.tr.backlog[wpeer] is not FAR or _threads():
+            return False
+        rc = self.mpush(self.mtab_a, self.ftab_a, wpeer, src, ctx, tag, sig, addr, nbytes, self._new_msgid(),
+                        self.spin_first, self.epoch)
+        if rc == _PENDING:
+            self._wait_far(self.farframes.data_request())
+            return True
         if rc < 0:
-            raise RuntimeError(f"gpumpi: MPI_Isend of a frame to rank {wpeer} failed")
-        return rc == 1
+            raise RuntimeError(f"gpumpi: MPI_Isend of a message to rank {wpeer} failed")
+        return rc == _GOT
+
+    def _wait_far(self, req) -> None:
+        """Progress the engine until the compiled path's MPI request ``req`` completes."""
+        spins = 0
+        while not req.test():
+            with self.lock:
+                moved = self.progress()
+            spins = 1 if moved else spins + 1
+            if spins > 50:
+                self.backoff(spins)
 
     def _fast_clear(self, ctx: int) -> bool:
         """Whether a new blocking receive on ``ctx`` is served by the next matching frame alone:
@@ -579,14 +605,17 @@ class Engine:
         if not self.typecheck:
             sig = 0
         out = self.fout
-        big = cap > self.eager_limit
-        rc = mr(self.mtab, self.ftab, wpeer, ctx, source, tag, sig, addr, cap, 1 if big else self.spin_first,
-                self.epoch, out)
+        big = cap > self.mchunk  # several data messages: a receive posted first serves it sooner
+        mta, taba, outa = self.mtab_a, self.ftab_a, self.fout_a
+        rc = mr(mta, taba, wpeer, ctx, source, tag, sig, addr, cap, 1 if big else self.spin_first, self.epoch, outa)
         spins = 0
         while rc == _EMPTY and not big:  # nothing yet: back off between short spins
             spins += 1
             self.backoff(spins + 50)
-            rc = mr(self.mtab, self.ftab, wpeer, ctx, source, tag, sig, addr, cap, self.spin_next, self.epoch, out)
+            rc = mr(mta, taba, wpeer, ctx, source, tag, sig, addr, cap, self.spin_next, self.epoch, outa)
+        if rc == _PENDING:  # a message pushed ahead, its bytes still coming: progress meanwhile
+            self._wait_far(self.farframes.data_request())
+            return out
         if rc < 0:
             raise RuntimeError("gpumpi: an MPI call of the compiled receive failed")
         return out if rc == _GOT else None

@@ -659,7 +659,9 @@ class Comm(Handle):
                     0 <= tag <= TAG_UB_VALUE and self._ctx >= 0:
                 eng = _rt.ENGINE
                 if self._ctx not in eng.freed_ctx and \
-                        eng.send_fast(self._w[dest], self._rank, self._ctx, tag, h[0], h[1], h[2]):
+                        (eng.send_fast(self._w[dest], self._rank, self._ctx, tag, h[0], h[1], h[2]) or
+                         eng.mtab is not None and eng.push_far(self._w[dest], self._rank, self._ctx, tag, h[0], h[1],
+                                                               h[2])):
                     return
             if type(buf) is _ndarray and type(dest) is int and type(tag) is int and \
                     0 <= dest < len(self._w) and 0 <= tag <= TAG_UB_VALUE and self._ctx >= 0:

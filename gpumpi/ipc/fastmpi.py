@@ -35,7 +35,8 @@ other way round:
   A spin that found nothing for ``budget`` rounds returns EMPTY; a change of the job's
   failure epoch, EPOCH.
 
-The table ``mt`` (int64) holds the MPI functions' addresses, the handles and the shared
+The table ``mt`` (int64; the entry points take its address, and the ring table's and the
+result array's) holds the MPI functions' addresses, the handles and the shared
 buffers' addresses (:data:`MT` names its rows).  Handles of 4 bytes (MPICH's ABI) and of
 8 (pointers: Open MPI, the MPI 5 ABI) are both served: ``hw`` says which.
 
@@ -52,9 +53,16 @@ EMPTY, GOT, OTHER, EPOCH = _F.EMPTY, _F.GOT, _F.OTHER, _F.EPOCH
 
 #: rows of the table ``mt``
 MT = ("isend", "test", "start", "getstatus", "irecv", "hw", "comm", "byte", "reqnull", "soff", "nrecv", "rbuf",
-      "fmax", "hreq", "rctl", "nsend", "sbuf", "slot", "sreq", "sctl", "status", "flag", "count", "tag")
+      "fmax", "hreq", "rctl", "nsend", "sbuf", "slot", "sreq", "sctl", "status", "flag", "count", "tag", "dtag",
+      "span", "chunk", "ident", "dreq")
 (_ISEND, _TEST, _START, _GETST, _IRECV, _HW, _COMM, _BYTE, _REQNULL, _SOFF, _NRECV, _RBUF, _FMAX, _HREQ, _RCTL,
- _NSEND, _SBUF, _SLOT, _SREQ, _SCTL, _STATUS, _FLAG, _COUNT, _TAGF) = range(len(MT))
+ _NSEND, _SBUF, _SLOT, _SREQ, _SCTL, _STATUS, _FLAG, _COUNT, _TAGF, _DTAG, _SPAN, _CHUNK, _IDENT,
+ _DREQ) = range(len(MT))
+NMT = len(MT)
+#: recv/push result: the data's MPI request is still going (its handle at ``mt[dreq]``)
+PENDING = 4
+_RTS = 2
+_PUSHED = 2 | 128  # FLAG_OFFER | FLAG_PUSHED
 
 _HLEN = 32
 _EAGER = 1
@@ -68,11 +76,12 @@ _K = None
 
 # intrinsics (fastring's, and the calls of MPI functions by address), set by _build()
 _ld64a = _ld64 = _ld32 = _ld16 = _ld8 = _ldi32 = _st64 = _st32 = _st16 = _st8 = _memcpy = _pause = _peek = _recv1 = None
-_isend4 = _isend8 = _test = _start = _getst4 = _getst8 = None
+_isend4 = _isend8 = _test = _start = _getst4 = _getst8 = _irecv4 = _irecv8 = None
+_frame = _busy = _finish = _send = _recv = _push = _carray = _pi8 = None
 
 
 def kernels():
-    """``(send, recv)``: the compiled functions' entry points (imports numba; compiles them, or
+    """``(send, recv, push)``: the compiled functions' entry points (imports numba; compiles them, or
     loads them from the disk cache, on first use; builds :mod:`fastring` first)."""
     global _K
     if _K is None:
@@ -129,23 +138,51 @@ def _callers():
 
 def _build():
     global _ld64a, _ld64, _ld32, _ld16, _ld8, _ldi32, _st64, _st32, _st16, _st8, _memcpy, _pause, _peek, _recv1
-    global _isend4, _isend8, _test, _start, _getst4, _getst8
+    global _isend4, _isend8, _test, _start, _getst4, _getst8, _irecv4, _irecv8, _frame, _busy, _finish
     _F.kernels()
     _ld64a, _ld64, _ld32, _ld16, _ld8, _ldi32 = _F._ld64a, _F._ld64, _F._ld32, _F._ld16, _F._ld8, _F._ldi32
     _st64, _st32, _st16, _st8 = _F._st64, _F._st32, _F._st16, _F._st8
     _memcpy, _pause, _peek, _recv1 = _F._memcpy, _F._pause, _F._peek, _F._recv1
     _isend4, _isend8, _test, _start, _getst4, _getst8 = _callers()
-    send = _F._jit(_j_send, "int64(int64[::1], int64, int64, int64, int64, int64, int64, int64)")
-    recv = _F._jit(_j_recv, "int64(int64[::1], int64[::1], int64, int64, int64, int64, int64, int64, int64, int64, "
-                            "int64, int64[::1])")
-    return tuple(f.get_overload(f.signatures[0]) for f in (send, recv))
+    _irecv4, _irecv8 = _isend4, _isend8  # the same C signature
+    _frame = _F._jit(_j_frame, "int64(" + ", ".join(["int64[::1]"] + ["int64"] * 10) + ")")
+    _busy = _F._jit(_j_busy, "boolean(int64[::1], int64[::1], int64)")
+    _finish = _F._jit(_j_finish, "int64(int64[::1], int64[::1], int64, int64)")
+    global _send, _recv, _push, _carray, _pi8
+    _carray, _pi8 = _F._carray, _F._pi8
+    _send = _F._jit(_j_send, "int64(int64[::1], int64, int64, int64, int64, int64, int64, int64)")
+    _recv = _F._jit(_j_recv, "int64(int64[::1], int64[::1], int64, int64, int64, int64, int64, int64, int64, int64, "
+                             "int64, int64[::1])")
+    _push = _F._jit(_j_push, "int64(int64[::1], int64[::1], int64, int64, int64, int64, int64, int64, int64, int64, "
+                             "int64, int64)")
+    # the entry points take the tables and the result array by address: an array argument
+    # costs a call about 60 ns to unpack (fastring.rounds)
+    i64 = ", ".join(["int64"] * 12)
+    send = _F._jit(_j_send_a, "int64(" + ", ".join(["int64"] * 8) + ")")
+    recv = _F._jit(_j_recv_a, "int64(" + i64 + ")")
+    push = _F._jit(_j_push_a, "int64(" + i64 + ")")
+    return tuple(f.get_overload(f.signatures[0]) for f in (send, recv, push))
+
+
+def _j_send_a(mta, peer, src, ctx, tag, sig, paddr, plen):
+    return _send(_carray(_pi8(mta), NMT), peer, src, ctx, tag, sig, paddr, plen)
+
+
+def _j_recv_a(mta, taba, want, ctx, src, tag, sig, dst, cap, budget, epoch, outa):
+    return _recv(_carray(_pi8(mta), NMT), _carray(_pi8(taba), 3 + 2 * _ld64(taba + 16)), want, ctx, src, tag, sig,
+                 dst, cap, budget, epoch, _carray(_pi8(outa), 4))
+
+
+def _j_push_a(mta, taba, peer, src, ctx, tag, sig, paddr, plen, msgid, budget, epoch):
+    return _push(_carray(_pi8(mta), NMT), _carray(_pi8(taba), 3 + 2 * _ld64(taba + 16)), peer, src, ctx, tag, sig,
+                 paddr, plen, msgid, budget, epoch)
 
 
 # -- the compiled functions (plain Python here; compiled by _build) ---------------------------------
 
 
-def _j_send(mt, peer, src, ctx, tag, sig, paddr, plen):
-    """Send an EAGER frame of ``plen`` bytes from ``paddr`` to ``peer`` from the next send
+def _j_frame(mt, peer, kind, flags, src, ctx, tag, wire, msgid, paddr, plen):
+    """Send a frame of header and ``plen`` bytes from ``paddr`` to ``peer`` from the next send
     slot: 1; 0 when it is larger than a slot or the slot's last send is still going (nothing
     done); -1 when MPI failed (nothing sent)."""
     n = _HLEN + plen
@@ -163,13 +200,13 @@ def _j_send(mt, peer, src, ctx, tag, sig, paddr, plen):
             return 0
     p = mt[_SBUF] + slot * mt[_SLOT]
     _st32(p, n)
-    _st8(p + 4, _EAGER)
-    _st8(p + 5, 0)
+    _st8(p + 4, kind)
+    _st8(p + 5, flags)
     _st16(p + 6, src)
     _st32(p + 8, ctx)
     _st32(p + 12, tag)
-    _st64(p + 16, plen | (sig << _SIG_SHIFT))
-    _st64(p + 24, 0)
+    _st64(p + 16, wire)
+    _st64(p + 24, msgid)
     if plen:
         _memcpy(p + _HLEN, paddr, plen)
     if hw == 4:
@@ -182,6 +219,81 @@ def _j_send(mt, peer, src, ctx, tag, sig, paddr, plen):
     c = mt[_COUNT] + 8 * peer
     _st64(c, _ld64(c) + 1)
     return 1
+
+
+def _j_send(mt, peer, src, ctx, tag, sig, paddr, plen):
+    """Send an EAGER frame of ``plen`` bytes from ``paddr`` to ``peer`` (:func:`_j_frame`)."""
+    return _frame(mt, peer, _EAGER, 0, src, ctx, tag, plen | (sig << _SIG_SHIFT), 0, paddr, plen)
+
+
+def _j_busy(mt, tab, epoch):
+    """Whether something here wants the engine now: a frame in this node's rings that asks
+    for an answer (anything but a plain eager message), a frame from another node (looked at
+    without taking it), or a new failure epoch."""
+    size = tab[0]
+    for i in range(tab[2]):
+        ctl = tab[3 + 2 * i]
+        off = _peek(ctl, size)
+        if off >= 0:
+            q = ctl + CTRL + off
+            if _ld8(q + 4) != _EAGER or _ld8(q + 5) != 0:
+                return True
+    if tab[1] and _ld64a(tab[1]) != epoch:
+        return True
+    rctl = mt[_RCTL]
+    if _ld64(rctl + 8):
+        return True
+    hw = mt[_HW]
+    raddr = mt[_HREQ] + _ld64(rctl) * hw
+    fl = mt[_FLAG]
+    st = mt[_STATUS]
+    if hw == 4:
+        rc = _getst4(mt[_GETST], _ldi32(raddr), fl, st)
+    else:
+        rc = _getst8(mt[_GETST], _ld64(raddr), fl, st)
+    if rc == 0 and _ldi32(fl) != 0:
+        _st64(rctl + 8, _ldi32(st + mt[_SOFF]) + 1)
+        return True
+    return False
+
+
+def _j_finish(mt, tab, budget, epoch):
+    """Spin until the data request at ``mt[dreq]`` completes (GOT), or :func:`_j_busy` says
+    the engine is wanted, or ``budget`` rounds passed (PENDING: it is still going); -1 when
+    MPI failed."""
+    dreq = mt[_DREQ]
+    fl = mt[_FLAG]
+    while True:
+        if _test(mt[_TEST], dreq, fl, mt[_STATUS]) != 0:
+            return -1
+        if _ldi32(fl) != 0:
+            return GOT
+        budget -= 1
+        if budget <= 0 or _busy(mt, tab, epoch):
+            return PENDING
+        _pause()
+
+
+def _j_push(mt, tab, peer, src, ctx, tag, sig, paddr, plen, msgid, budget, epoch):
+    """A standard send of ``plen`` bytes at ``paddr`` (at most one data message, ``mt[chunk]``)
+    pushed ahead: the RTS frame (flags OFFER|PUSHED, the region's ident byte), then
+    ``MPI_Isend`` of the bytes (tag ``mt[dtag] + msgid % mt[span]``, request at
+    ``mt[dreq]``), then :func:`_j_finish`: GOT (sent), PENDING (still going: the caller
+    completes it through the engine); 0 when nothing was done (no free send slot); -1 when
+    MPI failed."""
+    one = mt[_FLAG] + 4  # the frame's one byte: the offering region's ident
+    _st8(one, mt[_IDENT])
+    rc = _frame(mt, peer, _RTS, _PUSHED, src, ctx, tag, plen | (sig << _SIG_SHIFT), msgid, one, 1)
+    if rc != 1:
+        return rc
+    dtag = mt[_DTAG] + msgid % mt[_SPAN]
+    if mt[_HW] == 4:
+        rc = _isend4(mt[_ISEND], paddr, plen, mt[_BYTE], peer, dtag, mt[_COMM], mt[_DREQ])
+    else:
+        rc = _isend8(mt[_ISEND], paddr, plen, mt[_BYTE], peer, dtag, mt[_COMM], mt[_DREQ])
+    if rc != 0:
+        return -1
+    return _finish(mt, tab, budget, epoch)
 
 
 def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
@@ -227,7 +339,10 @@ def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
             if want != _ANY_SOURCE and peer != want:
                 return OTHER
             p = mt[_RBUF] + h * mt[_FMAX]
-            if _ld8(p + 4) != _EAGER or _ld8(p + 5) != 0 or _ldi32(p + 8) != ctx:
+            kind = _ld8(p + 4)
+            fl8 = _ld8(p + 5)
+            pushed = kind == _RTS and fl8 == _PUSHED
+            if not (pushed or (kind == _EAGER and fl8 == 0)) or _ldi32(p + 8) != ctx:
                 return OTHER
             hsrc = _ld16(p + 6)
             htag = _ldi32(p + 12)
@@ -240,9 +355,12 @@ def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
                 return OTHER  # truncation: the general path reports it
             if sig and msig and sig != msig and nb:
                 return OTHER  # a type mismatch: likewise
+            if pushed and (nb > mt[_CHUNK] or _ld8(p + _HLEN) != mt[_IDENT]):
+                return OTHER  # several data messages, or another region's: the engine's
             if _test(mt[_TEST], raddr, fl, st) != 0:
                 return -1
-            if nb:
+            msgid = _ld64(p + 24)
+            if nb and not pushed:
                 _memcpy(dst, p + _HLEN, nb)
             if _start(mt[_START], raddr) != 0:
                 return -1
@@ -252,7 +370,17 @@ def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
             out[1] = htag
             out[2] = nb
             out[3] = msig
-            return GOT
+            if not pushed:
+                return GOT
+            # pushed ahead: receive the bytes into the destination, and wait for them here
+            dtag = mt[_DTAG] + msgid % mt[_SPAN]
+            if hw == 4:
+                rc = _irecv4(mt[_IRECV], dst, nb, mt[_BYTE], peer, dtag, mt[_COMM], mt[_DREQ])
+            else:
+                rc = _irecv8(mt[_IRECV], dst, nb, mt[_BYTE], peer, dtag, mt[_COMM], mt[_DREQ])
+            if rc != 0:
+                return -1
+            return _finish(mt, tab, budget if budget > 1024 else 1024, epoch)
         budget -= 1
         if budget <= 0:
             return EMPTY

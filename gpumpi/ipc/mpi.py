@@ -184,7 +184,7 @@ class MpiFrames(Frames):
         self.rctl = np.zeros(2, dtype=np.int64)  # the next frame receive; its source + 1 once seen done
         self.states = {p: 0 for p in far}
         self.sent = np.zeros(comm.Get_size(), dtype=np.int64)  # frames sent per peer (what the tests count)
-        self.eager = min(eager, max_payload)  # payloads the compiled sends take (0: none)
+        self.eager = min(eager, max_payload)  # payloads the compiled sends take (0: every message is pushed)
         self.mt = None  # the compiled path's table (fast_table), once asked for
         self.sreq = None
 
@@ -267,12 +267,13 @@ class MpiFrames(Frames):
         return False
 
     # --- the compiled path (gpumpi.ipc.fastmpi) ------------------------------------------------
-    def fast_table(self):
+    def fast_table(self, regions=()):
         """The table of :mod:`gpumpi.ipc.fastmpi` (int64 array; built once): the MPI functions'
         addresses in the library mpi4py loaded, the handles, and the shared requests and
-        buffers (``eager`` payload bytes per send slot, ``NSEND`` slots); None where the
-        library's functions cannot be found or nothing is sent compiled (``eager`` 0)."""
-        if self.mt is not None or not self.eager:
+        buffers (``eager`` payload bytes per send slot, ``NSEND`` slots), and the host region
+        of the ``mpi`` transport among ``regions`` (pushed data); None where the library's
+        functions cannot be found or that region is not in use."""
+        if self.mt is not None:
             return self.mt
         import numpy as np
 
@@ -283,7 +284,7 @@ class MpiFrames(Frames):
             lib = ctypes.CDLL(M.__file__)  # its symbols resolve through the MPI library it links
             fps = [ctypes.cast(getattr(lib, f), ctypes.c_void_p).value
                    for f in ("MPI_Isend", "MPI_Test", "MPI_Start", "MPI_Request_get_status", "MPI_Irecv")]
-            for f in ("MPI_Testall", "MPI_Waitall"):
+            for f in ("MPI_Testall", "MPI_Waitall", "MPI_Test"):
                 getattr(lib, f).restype = ctypes.c_int
         except (OSError, AttributeError):
             return None
@@ -303,23 +304,36 @@ class MpiFrames(Frames):
             return v - (1 << (8 * hw)) if v >> (8 * hw - 1) else v
 
         self.hreq = np.array([h(r) for r in self.preq], dtype=hty)
-        slot = (HLEN + self.eager + 63) & -64
+        slot = (HLEN + max(self.eager, 64) + 63) & -64
         self.sbuf = np.zeros(NSEND * slot, dtype=np.uint8)
         null = h(M.REQUEST_NULL)
         self.sreq = np.full(NSEND, null, dtype=hty)
+        self._null = null
         self.sctl = np.zeros(1, dtype=np.int64)
         self.fstatus = np.zeros(max(64, M._sizeof(M.Status)), dtype=np.uint8)
         self.fflag = np.zeros(2, dtype=np.int32)
+        self.dreq = np.full(1, null, dtype=hty)  # the compiled path's data request (fastmpi.push, recv)
+        self._status_bytes = M._sizeof(M.Status)
+        host = next((r for r in regions if r.name == "mpi" and r.memory == HOST), None)
+        if host is None:
+            return None
         row = {
             "isend": fps[0], "test": fps[1], "start": fps[2], "getstatus": fps[3], "irecv": fps[4], "hw": hw,
             "comm": h(self.comm), "byte": h(M.BYTE), "reqnull": null, "soff": soff,
             "nrecv": NRECV, "rbuf": self.rbuf.ctypes.data, "fmax": self.fmax, "hreq": self.hreq.ctypes.data,
             "rctl": self.rctl.ctypes.data, "nsend": NSEND, "sbuf": self.sbuf.ctypes.data, "slot": slot,
             "sreq": self.sreq.ctypes.data, "sctl": self.sctl.ctypes.data, "status": self.fstatus.ctypes.data,
-            "flag": self.fflag.ctypes.data, "count": self.sent.ctypes.data, "tag": TAG_FRAME,
+            "flag": self.fflag.ctypes.data, "count": self.sent.ctypes.data, "tag": TAG_FRAME, "dtag": TAG_DATA,
+            "span": host.span, "chunk": host.chunk, "ident": host.ident, "dreq": self.dreq.ctypes.data,
         }
         self.mt = np.array([row[k] for k in FM.MT], dtype=np.int64)
         return self.mt
+
+    def data_request(self) -> "RawRequest":
+        """The compiled path's data request that is still going (``dreq``), taken over."""
+        r = RawRequest(self._lib, self.dreq, self._status_bytes)
+        self.dreq[0] = self._null
+        return r
 
     def _fast_sends(self, wait: bool) -> bool:
         """Whether the compiled path's sends are all done (``wait``: after waiting for them):
@@ -377,6 +391,23 @@ class MpiFrames(Frames):
         self.sends.clear()
         self._fast_sends(True)
         self.sreq = None
+
+
+class RawRequest:
+    """An MPI request started by the compiled path (a handle in an array of its own), tested
+    with ``MPI_Test`` by address (``test()``: true once complete)."""
+
+    __slots__ = ("lib", "h", "st", "flag")
+
+    def __init__(self, lib, h, status_bytes: int) -> None:
+        self.lib, self.h = lib, h.copy()
+        self.st = ctypes.create_string_buffer(max(64, status_bytes))
+        self.flag = ctypes.c_int(0)
+
+    def test(self) -> bool:
+        if self.lib.MPI_Test(ctypes.c_void_p(self.h.ctypes.data), ctypes.byref(self.flag), self.st) != 0:
+            raise RuntimeError("gpumpi: MPI_Test of a pushed message's data failed")
+        return self.flag.value != 0
 
 
 # --- bulk data --------------------------------------------------------------------------------

@@ -216,6 +216,89 @@ def test_wildcard_storm_across_nodes_loses_and_reorders_nothing(n):
     assert run_mpiexec(_storm, n, nodes=2, timeout=100) == [True] * n
 
 
+def _compiled_far_path(eager):
+    """Blocking Send/Recv between nodes once the compiled path (fastmpi) is in: every size
+    around the far eager limit and the data message limit, specific and wildcard sources
+    (a rank of this node and one of the other sending), a truncation and a type mismatch
+    (left to the engine, which reports them), and Isend/Irecv mixed in; the data is the
+    NumPy pattern, and the compiled path must have been the one that moved the small ones."""
+    from gpumpi import MPI
+    from gpumpi import _runtime as rt
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    eng = rt.ENGINE
+    peer = {0: n - 1, n - 1: 0}.get(r)  # ranks 0 and n-1 are on two nodes
+    sizes = [0, 1, 8, eager - 1, eager, eager + 1, 65536, (1 << 20) + 3, (3 << 18) + 5]
+    if peer is not None:
+        for k, size in enumerate(sizes * 2):
+            out = pattern(size, r * 8 + k)
+            got = np.full(size, 255, np.uint8)
+            if r == 0:
+                c.Send(out, peer, tag=k)
+                c.Recv(got, peer, tag=k)
+            else:
+                c.Recv(got, peer, tag=k)
+                c.Send(out, peer, tag=k)
+            assert np.array_equal(got, pattern(size, peer * 8 + k)), (size, k)
+        assert eng.mtab is not None, "the compiled path between nodes is not in use"
+        sent = eng.tr.far.count[peer]
+        for _ in range(50):  # one frame per small message, sent by the compiled path
+            c.Send(np.zeros(8, np.uint8), peer, tag=99)
+            c.Recv(np.zeros(8, np.uint8), peer, tag=99)
+        assert eng.tr.far.count[peer] == sent + 50
+        # a message too long for the buffer, and one of another type: the engine's errors
+        for size in (100, 300_000):
+            if r == 0:
+                c.Send(pattern(size, 1), peer, tag=5)
+            else:
+                small = np.zeros(size // 2, np.uint8)
+                try:
+                    c.Recv(small, peer, tag=5)
+                except MPI.Exception as e:
+                    assert e.Get_error_class() == MPI.ERR_TRUNCATE
+                else:
+                    raise AssertionError("no truncation error")
+                assert np.array_equal(small, pattern(size, 1)[: size // 2])
+        if r == 0:
+            c.Send([np.arange(10, dtype=np.float64), MPI.DOUBLE], peer, tag=6)
+        else:
+            try:
+                c.Recv([np.zeros(10, np.int64), MPI.INT64_T], peer, tag=6)
+            except MPI.Exception as e:
+                assert e.Get_error_class() == MPI.ERR_TYPE
+            else:
+                raise AssertionError("no type mismatch error")
+    c.Barrier()
+    # wildcard receives on rank 0, from every other rank (its node's and the other's)
+    count = 20
+    if r == 0:
+        seen = {p: 0 for p in range(1, n)}
+        buf = np.empty(70_000, np.uint8)
+        st = MPI.Status()
+        for _ in range(count * (n - 1)):
+            c.Recv(buf, MPI.ANY_SOURCE, MPI.ANY_TAG, st)
+            src, i, m = st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)
+            assert i == seen[src], (src, i, seen[src])
+            assert np.array_equal(buf[:m], pattern(m, src + i))
+            seen[src] += 1
+    else:
+        for i in range(count):
+            size = (8, eager + 100, 65536)[i % 3]
+            if i % 2:
+                c.Send(pattern(size, r + i), 0, tag=i)
+            else:
+                c.Isend(pattern(size, r + i), 0, tag=i).Wait()
+    c.Barrier()
+    return True
+
+
+@pytest.mark.parametrize("eager", [4096, 0])
+def test_compiled_path_between_nodes(eager):
+    env = {"GPUMPI_FASTPATH": "on", "GPUMPI_MPI_EAGER": str(eager), "GPUMPI_MPI_CHUNK": "1048576"}
+    assert run_mpiexec(_compiled_far_path, 3, nodes=2, args=(max(eager, 1),), env=env, timeout=100) == [True] * 3
+
+
 def _communicators_and_collectives():
     from gpumpi import MPI
     from gpumpi import _runtime as rt
