@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from gpumpi.testing import run_ranks
+from gpumpi.testing import one_node_only, run_ranks
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -43,6 +43,7 @@ def _read_from_a_vanished_sender():
 def test_a_sender_whose_process_is_gone_fails_the_receive_at_once():
     """Reading an exited sender's memory (ESRCH) fails the receive with ERR_PROC_FAILED; it
     used to turn cross-memory attach off and wait for a push that never came."""
+    one_node_only(2, "cross-memory attach (and gpumpirun's failure handling)")
     assert run_ranks(_read_from_a_vanished_sender, 2, timeout=30) == ["failed fast", None]
 
 
