@@ -294,6 +294,7 @@ class Engine:
                 return x
             tr = self.tr
             # the hot path: P.send_plan(...) == "eager", decided inline
+            # (a rank of another node takes frames up to its own limit: pushed ahead above it)
             if nbytes <= self.eager_limit and mode != P.SYNCHRONOUS and (nbytes <= self.far_eager or
                                                                           wpeer not in self.far):
                 fs = self.fsend
@@ -302,7 +303,7 @@ class Engine:
                     if bl is None:
                         if fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addrs[0], nbytes):
                             return SENT
-                    elif bl is FAR and self.mtab is not None and nbytes <= self.far_eager and \
+                    elif bl is FAR and self.mtab is not None and \
                             self.msend(self.mtab_a, wpeer, src, ctx, tag, sig, addrs[0], nbytes) == 1:
                         return SENT
                 payload = bufs[0] if len(bufs) == 1 else b"".join(bufs)
