@@ -293,10 +293,11 @@ def _compiled_far_path(eager):
     return True
 
 
+@pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("eager", [4096, 0])
-def test_compiled_path_between_nodes(eager):
+def test_compiled_path_between_nodes(eager, n):
     env = {"GPUMPI_FASTPATH": "on", "GPUMPI_MPI_EAGER": str(eager), "GPUMPI_MPI_CHUNK": "1048576"}
-    assert run_mpiexec(_compiled_far_path, 3, nodes=2, args=(max(eager, 1),), env=env, timeout=100) == [True] * 3
+    assert run_mpiexec(_compiled_far_path, n, nodes=2, args=(max(eager, 1),), env=env, timeout=100) == [True] * n
 
 
 def _communicators_and_collectives():
