@@ -169,6 +169,8 @@ def _post_parts(pend, src: int, call: str, world, ctx: int):
                 part_done(j, xx)
 
             x.on_done = done
+            if eng.lazy:
+                eng.unlazy()  # receives posted lazily come first
             hit = eng.matcher.post_recv(pctx, src, seq, x)
             if hit is not None:
                 eng.deliver(x, hit)

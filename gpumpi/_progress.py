@@ -73,7 +73,7 @@ _threads = _thread._count  # threads started from Python besides the main one (0
 #: on, the peer that would answer may be waiting for this very core: spin briefly, then yield.
 _SPIN = (1024, 64)
 _SPIN_OVERSUBSCRIBED = (32, 16)
-_EMPTY, _GOT = 0, 1  # fastring's results
+_EMPTY, _GOT, _OTHER = 0, 1, 2  # fastring's results
 _PENDING = 4  # fastmpi's: a pushed message's data request still going
 
 SEND, RECV, GREQ = 0, 1, 2
@@ -167,6 +167,9 @@ class Engine:
         self.pulls: dict = {}
         self.pushing: list = []
         self.direct: list = []  # operations whose bytes a direct region moves (``pend``)
+        # receives posted by the fast path of Irecv and not yet in the matcher (recv_lazy): in
+        # the order they were posted; the matcher's operations post them first (_unlazy)
+        self.lazy: list = []
         # ranks of other nodes (an MPI launcher's job): their frames are not in the rings, so the
         # compiled waits, which watch the rings only, never wait for them
         self.far = frozenset(getattr(world, "far", ()))
@@ -419,17 +422,136 @@ class Engine:
         x.call = call
         x.dynamic = mem is None
         with self.lock:
-            arr = self.matcher.post_recv(ctx, source, tag, x)
-            if arr is not None:
-                self._match(x, arr.peer, arr.src, arr.ctx, arr.tag, arr.kind, arr.flags, arr.nbytes, arr.msgid,
-                            arr.data, arr.segs, arr.sig)
-                self._unhold(arr)
-            elif wpeer in self.failed or (wpeer == ANY_SOURCE and self.failed):
-                self.matcher.cancel_recv(ctx, x)
-                self._fail_recv_for_failure(x)
-            else:
+            if self.lazy:
+                self._unlazy()
+            if self._post(x):
                 self.progress()
         return x
+
+    def _post(self, x: Xfer) -> bool:
+        """Give receive ``x`` to the matcher: matched with a message waiting, or failed for a
+        failed peer (False), or posted (True)."""
+        arr = self.matcher.post_recv(x.ctx, x.src, x.tag, x)
+        if arr is not None:
+            self._match(x, arr.peer, arr.src, arr.ctx, arr.tag, arr.kind, arr.flags, arr.nbytes, arr.msgid,
+                        arr.data, arr.segs, arr.sig)
+            self._unhold(arr)
+            return False
+        wpeer = x.wpeer
+        if wpeer in self.failed or (wpeer == ANY_SOURCE and self.failed):
+            self.matcher.cancel_recv(x.ctx, x)
+            self._fail_recv_for_failure(x)
+            return False
+        return True
+
+    # --- receives posted by Irecv's fast path ------------------------------------------------
+    def recv_lazy(self, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int, spec):
+        """``Irecv``'s fast path into a whole contiguous NumPy array (``spec``, ``cap`` bytes at
+        ``addr``): a completed receive when the message it matches first is an eager one that
+        is here (one compiled look, :meth:`_look`), else a receive posted *lazily*: queued
+        here, outside the matcher, and completed by the compiled look of each progress pass
+        while frames come in the order the receives were posted (:meth:`_drain`).  Before
+        anything else matches, probes, cancels or fails receives, the lazy ones are given to
+        the matcher in order (:meth:`_unlazy`), so MPI's matching order holds.  None: the
+        caller posts the receive through :meth:`irecv` (with other threads, a failed peer,
+        a receive or message already waiting on ``ctx``, room for more than an eager
+        message, or not compiled yet)."""
+        if self.frecv is None or _threads() or self.failed:
+            return None
+        q = self.matcher._ctx.get(ctx)
+        if q is not None and (q.posted or q.unexpected):
+            return None
+        far = self.far and (wpeer < 0 or wpeer in self.far)
+        if cap > (self.far_eager if far else self.eager_limit):
+            return None
+        if not self.typecheck:
+            sig = 0
+        if not self.lazy:
+            o = self._look(far, source, wpeer, tag, ctx, addr, cap, sig)
+            if o is not None:
+                x = Xfer(RECV)
+                x.st_source, x.st_tag, x.st_nbytes, x.msig = int(o[0]), int(o[1]), int(o[2]), int(o[3])
+                x.done = True
+                return x
+        x = Xfer(RECV)
+        x.sig, x.addr, x.cap, x.ctx, x.src, x.wpeer, x.tag, x.call = sig, addr, cap, ctx, source, wpeer, tag, "Irecv"
+        x.mem = spec  # the buffer spec until posted (_unlazy parses it)
+        x.result = far
+        self.lazy.append(x)
+        return x
+
+    def _look(self, far: bool, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int):
+        """One compiled look for an eager message (no spin, nothing pushed ahead): the result
+        array, or None (not the message this receive matches first, or none yet)."""
+        if far:
+            mr = self.mrecv
+            if mr is None:
+                return None
+            rc = mr(self.mtab_a, self.ftab_a, wpeer, ctx, source, tag, sig, addr, cap, -1, self.epoch, self.fout_a)
+            if rc < 0:
+                raise RuntimeError("gpumpi: an MPI call of the compiled receive failed")
+        else:
+            rc = self.frecv(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, 1, self.epoch, self.fout)
+        return self.fout if rc == _GOT else None
+
+    def _drain(self) -> None:
+        """Complete the lazy receives whose messages are next, in order (compiled looks); at
+        the first that is not (something else came first, or a message waits in the matcher
+        on its context) they all go to the matcher; when nothing came, they stay."""
+        lazy = self.lazy
+        i = 0
+        n = len(lazy)
+        ctxq = self.matcher._ctx
+        while i < n:
+            x = lazy[i]
+            q = ctxq.get(x.ctx)
+            if q is not None and (q.posted or q.unexpected) or self.failed:
+                break
+            rc = self._look_rc(x)
+            if rc == _GOT:
+                o = self.fout
+                x.st_source, x.st_tag, x.st_nbytes, x.msig = int(o[0]), int(o[1]), int(o[2]), int(o[3])
+                x.mem = None
+                x.state = P.DONE
+                x.done = True
+                i += 1
+                continue
+            if rc == _EMPTY:
+                del lazy[:i]
+                return
+            break
+        del lazy[:i]
+        if lazy:
+            self._unlazy()
+
+    def _look_rc(self, x: Xfer) -> int:
+        if x.result:
+            mr = self.mrecv
+            if mr is None:
+                return _OTHER
+            rc = mr(self.mtab_a, self.ftab_a, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, -1, self.epoch,
+                    self.fout_a)
+            if rc < 0:
+                raise RuntimeError("gpumpi: an MPI call of the compiled receive failed")
+            return rc
+        return self.frecv(self.ftab, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, 1, self.epoch, self.fout)
+
+    def _unlazy(self) -> None:
+        """Give the lazy receives to the matcher, in the order they were posted."""
+        from ._buffers import message_simple
+
+        lazy, self.lazy = self.lazy, []
+        for x in lazy:
+            m = message_simple(x.mem, False, x.src, 1, "Irecv")
+            x.mem, x.result = m.mem, None
+            self._post(x)
+
+    def unlazy(self) -> None:
+        """:meth:`_unlazy` under the lock (probes: the matcher's queues complete)."""
+        if self.lazy:
+            with self.lock:
+                if self.lazy:
+                    self._unlazy()
 
     # --- the compiled small-message path -----------------------------------------------------
     def _fast_tick(self) -> bool:
@@ -542,7 +664,7 @@ class Engine:
         """Whether a new blocking receive on ``ctx`` is served by the next matching frame alone:
         no receive posted or message waiting on ``ctx`` (they come first in MPI order), and no
         duty for a progress pass (queued frames, pushes, collective rounds, failed peers)."""
-        if self.tr.nbacklog or self.pushing or self.ready or self.failed or self.direct:
+        if self.tr.nbacklog or self.pushing or self.ready or self.failed or self.direct or self.lazy:
             return False
         q = self.matcher._ctx.get(ctx)
         return q is None or not (q.posted or q.unexpected)
@@ -565,7 +687,7 @@ class Engine:
             if not self._fast_tick():
                 return None
             fr = self.frecv
-        if self.tr.nbacklog or self.pushing or self.ready or self.failed or self.direct:
+        if self.tr.nbacklog or self.pushing or self.ready or self.failed or self.direct or self.lazy:
             return None
         q = self.matcher._ctx.get(ctx)
         if q is not None and (q.posted or q.unexpected):
@@ -1017,6 +1139,8 @@ class Engine:
         with self.lock:
             if x.done or x.kind == GREQ:
                 return
+            if self.lazy:
+                self._unlazy()
             plan = P.cancel_plan(x.kind == SEND, x.state)
             if plan == "withdraw" and self.matcher.cancel_recv(x.ctx, x):
                 x.state = P.step(P.RECV, x.state, "cancel")
@@ -1030,6 +1154,8 @@ class Engine:
     def progress(self) -> int:
         """One pass: flush backlogs, read frames, push chunks, check for failed peers; the
         number of frames read and queued frames written (0: nothing moved)."""
+        if self.lazy:
+            self._drain()
         tr = self.tr
         n = tr.poll(self._on_frame)
         if self.pushing:
@@ -1135,6 +1261,8 @@ class Engine:
 
     # --- failures -------------------------------------------------------------------------
     def _on_failures(self) -> None:
+        if self.lazy:
+            self._unlazy()
         seg = self.seg
         self.epoch = seg.q[3]
         new = self.world.failed_ranks() - self.failed
@@ -1224,7 +1352,7 @@ class Engine:
                     self.direct.remove(x)
                 self._fail(x, ERR_OTHER, f"{x.call}: rank {key[0]} finalized before its message arrived")
         idle = self.tr.idle()
-        if idle and not self.pulls and next(self.matcher.posted_items(), None) is None:
+        if idle and not self.pulls and not self.lazy and next(self.matcher.posted_items(), None) is None:
             self._publish(QUIESCENT)
         return idle and not self.sends and not self.pushing and not self.pulls and not self.direct
 

@@ -757,6 +757,17 @@ class Comm(Handle):
 
     def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, *, stream=None) -> Request:
         """Nonblocking receive (MPI_Irecv)."""
+        # the fast path: a whole contiguous NumPy array, every argument valid (Engine.recv_lazy:
+        # completed now by a message already here, or posted lazily)
+        h = host_fast(buf, True)
+        if h is not None and type(source) is int and type(tag) is int and self._ctx >= 0 and \
+                -2 <= source < len(self._w) and source != -1 and -1 <= tag <= TAG_UB_VALUE:
+            eng = _rt.ENGINE
+            if self._ctx not in eng.freed_ctx:
+                x = eng.recv_lazy(source, source if source < 0 else self._w[source], tag, self._ctx, h[0], h[1], h[2],
+                                  buf)
+                if x is not None:
+                    return Request._of(x, self, None, buf)
         try:
             return self._req(self._irecv(buf, source, tag, "Irecv", stream), buf)
         except MPIException as e:
@@ -890,6 +901,7 @@ class Comm(Handle):
         """Block until a message matches (``take``: off the queue, for matched probes)."""
         source, tag = self._probe_args(source, tag, call)
         eng = _rt.ENGINE
+        eng.unlazy()  # receives posted lazily come first
         look = eng.matcher.take if take else eng.matcher.probe
         found = []
         ctx = self._ctx
@@ -909,6 +921,8 @@ class Comm(Handle):
         source, tag = self._probe_args(source, tag, call)
         eng = _rt.ENGINE
         with eng.lock:
+            if eng.lazy:
+                eng.unlazy()  # receives posted lazily come first
             if not eng.quiet():
                 eng.progress()
             a = (eng.matcher.take if take else eng.matcher.probe)(self._ctx, source, tag)

@@ -299,7 +299,8 @@ def _j_push(mt, tab, peer, src, ctx, tag, sig, paddr, plen, msgid, budget, epoch
 def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
     """Consume the next frame if it is the eager message this receive matches (see the module
     docstring); GOT (``out`` = source, tag, bytes, signature), OTHER, EPOCH or EMPTY; -1
-    when MPI failed."""
+    when MPI failed.  A ``budget`` below 0 is one look that never waits: a message pushed
+    ahead is left to the engine (its bytes may still be coming)."""
     hw = mt[_HW]
     size = tab[0]
     eaddr = tab[1]
@@ -355,8 +356,8 @@ def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
                 return OTHER  # truncation: the general path reports it
             if sig and msig and sig != msig and nb:
                 return OTHER  # a type mismatch: likewise
-            if pushed and (nb > mt[_CHUNK] or _ld8(p + _HLEN) != mt[_IDENT]):
-                return OTHER  # several data messages, or another region's: the engine's
+            if pushed and (budget < 0 or nb > mt[_CHUNK] or _ld8(p + _HLEN) != mt[_IDENT]):
+                return OTHER  # a nonblocking look, several data messages, or another region's: the engine's
             if _test(mt[_TEST], raddr, fl, st) != 0:
                 return -1
             msgid = _ld64(p + 24)
