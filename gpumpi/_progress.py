@@ -58,6 +58,7 @@ from .errors import (
     ERR_TRUNCATE,
     ERR_TYPE,
     SUCCESS,
+    error,
 )
 from .ipc.base import DEVICE, DIRECT, HOST, WRITE, PeerGone, address_of, pick
 from .ipc.jobseg import FINALIZED, FINALIZING, QUIESCENT
@@ -77,6 +78,12 @@ _EMPTY, _GOT, _OTHER = 0, 1, 2  # fastring's results
 _PENDING = 4  # fastmpi's: a pushed message's data request still going
 
 SEND, RECV, GREQ = 0, 1, 2
+
+
+def _mpi_failed(what: str):
+    """The error of an MPI call of the compiled path between nodes that returned an error
+    code (the MPI library failed; nothing of the operation was done)."""
+    return error(ERR_OTHER, f"gpumpi: {what} failed in the MPI library (the compiled path between nodes)")
 
 __all__ = ["Engine", "Xfer", "Arrival", "SENT", "address_of", "SEND", "RECV", "GREQ"]
 
@@ -462,7 +469,7 @@ class Engine:
         if q is not None and (q.posted or q.unexpected):
             return None
         far = self.far and (wpeer < 0 or wpeer in self.far)
-        if cap > (self.far_eager if far else self.eager_limit):
+        if cap > (self.far_eager if far else self.eager_limit) or far and self.mrecv is None:
             return None
         if not self.typecheck:
             sig = 0
@@ -470,7 +477,7 @@ class Engine:
             o = self._look(far, source, wpeer, tag, ctx, addr, cap, sig)
             if o is not None:
                 x = Xfer(RECV)
-                x.st_source, x.st_tag, x.st_nbytes, x.msig = int(o[0]), int(o[1]), int(o[2]), int(o[3])
+                x.st_source, x.st_tag, x.st_nbytes, x.msig = o.tolist()
                 x.done = True
                 return x
         x = Xfer(RECV)
@@ -489,7 +496,7 @@ class Engine:
                 return None
             rc = mr(self.mtab_a, self.ftab_a, wpeer, ctx, source, tag, sig, addr, cap, -1, self.epoch, self.fout_a)
             if rc < 0:
-                raise RuntimeError("gpumpi: an MPI call of the compiled receive failed")
+                raise _mpi_failed("MPI_Request_get_status, MPI_Test, MPI_Start or MPI_Irecv of a receive")
         else:
             rc = self.frecv(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, 1, self.epoch, self.fout)
         return self.fout if rc == _GOT else None
@@ -509,8 +516,7 @@ class Engine:
                 break
             rc = self._look_rc(x)
             if rc == _GOT:
-                o = self.fout
-                x.st_source, x.st_tag, x.st_nbytes, x.msig = int(o[0]), int(o[1]), int(o[2]), int(o[3])
+                x.st_source, x.st_tag, x.st_nbytes, x.msig = self.fout.tolist()
                 x.mem = None
                 x.state = P.DONE
                 x.done = True
@@ -532,7 +538,7 @@ class Engine:
             rc = mr(self.mtab_a, self.ftab_a, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, -1, self.epoch,
                     self.fout_a)
             if rc < 0:
-                raise RuntimeError("gpumpi: an MPI call of the compiled receive failed")
+                raise _mpi_failed("MPI_Request_get_status, MPI_Test, MPI_Start or MPI_Irecv of a receive")
             return rc
         return self.frecv(self.ftab, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, 1, self.epoch, self.fout)
 
@@ -625,7 +631,7 @@ class Engine:
                 else:
                     rc = self.msend(self.mtab_a, wpeer, src, ctx, tag, sig, addr, nbytes)
                 if rc < 0:
-                    raise RuntimeError(f"gpumpi: MPI_Isend of a frame to rank {wpeer} failed")
+                    raise _mpi_failed(f"MPI_Isend of a message to rank {wpeer}")
                 return rc == 1
             return False
         if _threads():
@@ -647,7 +653,7 @@ class Engine:
             self._wait_far(self.farframes.data_request())
             return True
         if rc < 0:
-            raise RuntimeError(f"gpumpi: MPI_Isend of a message to rank {wpeer} failed")
+            raise _mpi_failed(f"MPI_Isend of a message to rank {wpeer}")
         return rc == _GOT
 
     def _wait_far(self, req) -> None:
@@ -740,7 +746,7 @@ class Engine:
             self._wait_far(self.farframes.data_request())
             return out
         if rc < 0:
-            raise RuntimeError("gpumpi: an MPI call of the compiled receive failed")
+            raise _mpi_failed("MPI_Request_get_status, MPI_Test, MPI_Start or MPI_Irecv of a receive")
         return out if rc == _GOT else None
 
     def _recv_fast_shared(self, fr, source, wpeer, tag, ctx, addr, cap, sig):

@@ -92,6 +92,10 @@ from .request import Prequest, Request, all_of, check_status, done_xfer, joint, 
 from .status import Status
 from numpy import ndarray as _ndarray
 
+#: the operation of every Isend the fast path completed at once (shared: nothing writes a
+#: completed operation; each request still has a handle of its own)
+_SENT_NOW = done_xfer()
+
 STANDARD, SYNCHRONOUS, READY, BUFFERED = _p2p.STANDARD, _p2p.SYNCHRONOUS, _p2p.READY, _p2p.BUFFERED
 _msg = _p2p._msg
 
@@ -740,7 +744,7 @@ class Comm(Handle):
             eng = _rt.ENGINE
             if self._ctx not in eng.freed_ctx and \
                     eng.send_fast(self._w[dest], self._rank, self._ctx, tag, h[0], h[1], h[2]):
-                return Request._of(done_xfer(), self, None, buf)
+                return Request._of(_SENT_NOW, self, None, buf)
         return self._send_req(buf, dest, tag, STANDARD, "Isend", stream)
 
     def Issend(self, buf, dest: int, tag: int = 0, *, stream=None) -> Request:

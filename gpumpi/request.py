@@ -486,6 +486,11 @@ def _complete_many(requests, reqs, idx, statuses, compact: bool = False) -> None
     errors = []
     for k, i in enumerate(idx):
         r = reqs[i]
+        if statuses is None and type(r) is Request:  # the commonest: no status, no error, nothing to post
+            x = r._x
+            if x is not None and not x.err and r._post is None:
+                r._x = r._keep = r._value = None  # Request._finish without a status
+                continue
         j = k if compact else i
         st = None if statuses is None or j >= len(statuses) else statuses[j]
         try:

@@ -309,10 +309,12 @@ def _lazy_irecv():
     with pytest.raises(MPI.Exception) as ei:
         rm.Wait()
     assert ei.value.Get_error_class() == MPI.ERR_TYPE
-    # the streams above came through the compiled looks, a few receives aside (the first of a
-    # window when its message had not come yet is still served lazily; flushed ones are those
-    # that met a frame the engine had queued)
-    assert stream_flushed <= rounds * win * (n - 1) // 10, f"{stream_flushed} receives went to the matcher"
+    # with one sender, the stream above came through the compiled looks, a few receives aside
+    # (those that met a frame a progress pass had queued: the Barrier's, a faster rank's); with
+    # more, a look for one source that finds another's frame first gives the lazy receives to
+    # the matcher (MPI's order across sources is the matcher's), so only the results count
+    if n == 2:
+        assert stream_flushed <= rounds * win // 10, f"{stream_flushed} receives went to the matcher"
     return "checked"
 
 

@@ -406,7 +406,9 @@ class RawRequest:
 
     def test(self) -> bool:
         if self.lib.MPI_Test(ctypes.c_void_p(self.h.ctypes.data), ctypes.byref(self.flag), self.st) != 0:
-            raise RuntimeError("gpumpi: MPI_Test of a pushed message's data failed")
+            from ..errors import ERR_OTHER, error
+
+            raise error(ERR_OTHER, "gpumpi: MPI_Test of a pushed message's data failed in the MPI library")
         return self.flag.value != 0
 
 
