@@ -15,6 +15,16 @@ peer), take an offered region, split the copy with the sender, or push the data
 gpumpi call and in every wait, so a rank blocked in a send still serves requests
 from its peers.
 
+The compiled small-message path (``fastring`` on this node, ``fastmpi`` between nodes)
+serves the commonest calls without the matcher: a blocking ``Send``/``Recv`` of a whole
+NumPy array, and ``Irecv``, whose receive is completed at once by a message already here or
+else posted *lazily* (:meth:`Engine.recv_lazy`): queued outside the matcher, in order, and
+completed at the start of each progress pass by one compiled look per receive while the
+next frames are exactly their messages.  Whatever else needs the matcher (a general
+receive, a probe, a cancel, a failure, a frame the look does not take) first gives the lazy
+receives to it in the order they were posted, so MPI's matching order never depends on
+which path ran.
+
 Waiting spins briefly, then yields the CPU, then sleeps in short growing steps
 (at most 1 ms): eight ranks on two cores finish without livelock.
 
