@@ -75,7 +75,8 @@ _LOCK = threading.Lock()
 _K = None
 
 # intrinsics (fastring's, and the calls of MPI functions by address), set by _build()
-_ld64a = _ld64 = _ld32 = _ld16 = _ld8 = _ldi32 = _st64 = _st32 = _st16 = _st8 = _memcpy = _pause = _peek = _recv1 = None
+_ld64a = _ld64 = _ld32 = _ld16 = _ld8 = _ldi32 = _st64 = _st32 = _st16 = _st8 = _memcpy = _pause = _peek = None
+_accept = _recv1 = None
 _isend4 = _isend8 = _test = _start = _getst4 = _getst8 = _irecv4 = _irecv8 = None
 _frame = _busy = _finish = _send = _recv = _push = _carray = _pi8 = None
 
@@ -137,12 +138,13 @@ def _callers():
 
 
 def _build():
-    global _ld64a, _ld64, _ld32, _ld16, _ld8, _ldi32, _st64, _st32, _st16, _st8, _memcpy, _pause, _peek, _recv1
+    global _ld64a, _ld64, _ld32, _ld16, _ld8, _ldi32, _st64, _st32, _st16, _st8, _memcpy, _pause, _peek, _accept
+    global _recv1
     global _isend4, _isend8, _test, _start, _getst4, _getst8, _irecv4, _irecv8, _frame, _busy, _finish
     _F.kernels()
     _ld64a, _ld64, _ld32, _ld16, _ld8, _ldi32 = _F._ld64a, _F._ld64, _F._ld32, _F._ld16, _F._ld8, _F._ldi32
     _st64, _st32, _st16, _st8 = _F._st64, _F._st32, _F._st16, _F._st8
-    _memcpy, _pause, _peek, _recv1 = _F._memcpy, _F._pause, _F._peek, _F._recv1
+    _memcpy, _pause, _peek, _accept, _recv1 = _F._memcpy, _F._pause, _F._peek, _F._accept, _F._recv1
     _isend4, _isend8, _test, _start, _getst4, _getst8 = _callers()
     _irecv4, _irecv8 = _isend4, _isend8  # the same C signature
     _frame = _F._jit(_j_frame, "int64(" + ", ".join(["int64[::1]"] + ["int64"] * 10) + ")")
@@ -343,24 +345,19 @@ def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
             kind = _ld8(p + 4)
             fl8 = _ld8(p + 5)
             pushed = kind == _RTS and fl8 == _PUSHED
-            if not (pushed or (kind == _EAGER and fl8 == 0)) or _ldi32(p + 8) != ctx:
+            if not (pushed or (kind == _EAGER and fl8 == 0)):
                 return OTHER
-            hsrc = _ld16(p + 6)
-            htag = _ldi32(p + 12)
-            if (src != _ANY_SOURCE and hsrc != src) or (tag != _ANY_TAG and htag != tag):
+            nb = _accept(p, ctx, src, tag, sig, cap)  # fastring's rule
+            if nb < 0:
                 return OTHER
-            wire = _ld64(p + 16)
-            nb = wire & ((1 << _SIG_SHIFT) - 1)
-            msig = (wire >> _SIG_SHIFT) & 0xFFFF
-            if nb > cap:
-                return OTHER  # truncation: the general path reports it
-            if sig and msig and sig != msig and nb:
-                return OTHER  # a type mismatch: likewise
             if pushed and (budget < 0 or nb > mt[_CHUNK] or _ld8(p + _HLEN) != mt[_IDENT]):
                 return OTHER  # a nonblocking look, several data messages, or another region's: the engine's
             if _test(mt[_TEST], raddr, fl, st) != 0:
                 return -1
             msgid = _ld64(p + 24)
+            hsrc = _ld16(p + 6)  # read before the receive restarts into this buffer
+            htag = _ldi32(p + 12)
+            msig = (_ld64(p + 16) >> _SIG_SHIFT) & 0xFFFF
             if nb and not pushed:
                 _memcpy(dst, p + _HLEN, nb)
             if _start(mt[_START], raddr) != 0:

@@ -76,7 +76,7 @@ _K = None
 # the intrinsics and the compiled peek, once _build() ran: the functions below name them as
 # globals, which numba resolves when it compiles them (so the disk cache can serve them)
 _ld64a = _ld64 = _ld32 = _ld16 = _ld8 = _ldi32 = _st64r = _st64 = _st32 = _st16 = _st8 = None
-_memcpy = _pause = _streamcopy = _peek = _send1 = _recv1 = _reduce = _carray = None
+_memcpy = _pause = _streamcopy = _peek = _accept = _send1 = _recv1 = _reduce = _carray = None
 _pf8 = _pf4 = _pi8 = _pi4 = _pu8 = _pu4 = None
 _red = _redb = None
 
@@ -267,7 +267,7 @@ def _jit(pyfunc, sig):
 
 
 def _build():
-    global _peek, _send1, _recv1, _red, _redb, _reduce
+    global _peek, _accept, _send1, _recv1, _red, _redb, _reduce
     # numba's first compilation loads its extensions, numba-cuda among them, which fixes
     # numba.cuda's mode for the process: let it be the simulator where it could only be that
     # (what gpumpi's device kernels would ask first), so sim device memory keeps its kernels
@@ -276,6 +276,7 @@ def _build():
     use_simulator()
     _intrinsics()
     _peek = _jit(_j_peek, "int64(int64, int64)")
+    _accept = _jit(_j_accept, "int64(int64, int64, int64, int64, int64, int64)")
     send = _send1 = _jit(_j_send, "int64(int64, int64, int64, int64, int64, int64, int64, int64)")
     _recv1 = _jit(_j_recv1, "int64(int64[::1], int64, int64, int64, int64, int64, int64, int64, int64, int64, int64, "
                             "int64[::1])")
@@ -370,6 +371,23 @@ def _j_recv(tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
     return _recv1(tab, want, ctx, src, tag, sig, dst, cap, 0, budget, epoch, out)
 
 
+def _j_accept(p, ctx, src, tag, sig, cap):
+    """The payload size of the message whose frame header is at ``p`` if a receive on ``ctx``
+    from ``src`` with ``tag`` (wildcards allowed), of ``cap`` bytes and signature ``sig``,
+    takes it as it is; -1 if not: another context, source or tag, or a truncation or a type
+    mismatch (the general path reports those)."""
+    if _ldi32(p + 8) != ctx:
+        return -1
+    if (src != _ANY_SOURCE and _ld16(p + 6) != src) or (tag != _ANY_TAG and _ldi32(p + 12) != tag):
+        return -1
+    wire = _ld64(p + 16)
+    nb = wire & ((1 << _SIG_SHIFT) - 1)
+    msig = (wire >> _SIG_SHIFT) & 0xFFFF
+    if nb > cap or (sig and msig and sig != msig and nb):
+        return -1
+    return nb
+
+
 def _j_recv1(tab, want, ctx, src, tag, sig, dst, cap, strict, budget, epoch, out):
     """:func:`_j_recv`; ``strict``: only a message of exactly ``cap`` bytes whose signature is
     none or ``sig`` itself is consumed (what a collective round accepts without a check)."""
@@ -394,26 +412,19 @@ def _j_recv1(tab, want, ctx, src, tag, sig, dst, cap, strict, budget, epoch, out
                 continue
             p = ctl + CTRL + off
             n = _ld32(p)
-            if _ld8(p + 4) != _EAGER or _ld8(p + 5) != 0 or _ldi32(p + 8) != ctx:
+            if _ld8(p + 4) != _EAGER or _ld8(p + 5) != 0:
                 return OTHER
-            hsrc = _ld16(p + 6)
-            htag = _ldi32(p + 12)
-            if (src != _ANY_SOURCE and hsrc != src) or (tag != _ANY_TAG and htag != tag):
+            nb = _accept(p, ctx, src, tag, sig, cap)
+            if nb < 0:
                 return OTHER
-            wire = _ld64(p + 16)
-            nb = wire & ((1 << _SIG_SHIFT) - 1)
-            msig = (wire >> _SIG_SHIFT) & 0xFFFF
-            if nb > cap:
-                return OTHER  # truncation: the general path reports it
-            if sig and msig and sig != msig and nb:
-                return OTHER  # a type mismatch: likewise
+            msig = (_ld64(p + 16) >> _SIG_SHIFT) & 0xFFFF
             if strict and (nb != cap or (msig and msig != sig)):
                 return OTHER
             if nb:
                 _memcpy(dst, p + _HLEN, nb)
             _st64r(ctl, _ld64(ctl) + ((n + _ALIGN - 1) & -_ALIGN))
-            out[0] = hsrc
-            out[1] = htag
+            out[0] = _ld16(p + 6)
+            out[1] = _ldi32(p + 12)
             out[2] = nb
             out[3] = msig
             return GOT
