@@ -513,8 +513,10 @@ class Engine:
 
     def _drain(self) -> None:
         """Complete the lazy receives whose messages are next, in order (compiled looks); at
-        the first that is not (something else came first, or a message waits in the matcher
-        on its context) they all go to the matcher; when nothing came, they stay."""
+        the first that is not (something else came first) they all go to the matcher; when
+        nothing came, they stay.  A message a progress pass queued in the matcher meanwhile
+        (it came between a look and the pass's poll) goes to the first lazy receive, which
+        is given to the matcher alone: it takes the first message there it matches."""
         lazy = self.lazy
         i = 0
         n = len(lazy)
@@ -522,8 +524,13 @@ class Engine:
         while i < n:
             x = lazy[i]
             q = ctxq.get(x.ctx)
-            if q is not None and (q.posted or q.unexpected) or self.failed:
+            if self.failed or q is not None and q.posted:
                 break
+            if q is not None and q.unexpected:
+                i += 1
+                if self._post_lazy(x):
+                    break  # posted, no message for it yet: those after it follow it into the matcher
+                continue
             rc = self._look_rc(x)
             if rc == _GOT:
                 x.st_source, x.st_tag, x.st_nbytes, x.msig = self.fout.tolist()
@@ -554,13 +561,17 @@ class Engine:
 
     def _unlazy(self) -> None:
         """Give the lazy receives to the matcher, in the order they were posted."""
-        from ._buffers import message_simple
-
         lazy, self.lazy = self.lazy, []
         for x in lazy:
-            m = message_simple(x.mem, False, x.src, 1, "Irecv")
-            x.mem, x.result = m.mem, None
-            self._post(x)
+            self._post_lazy(x)
+
+    def _post_lazy(self, x: Xfer) -> bool:
+        """Give lazy receive ``x`` to the matcher (:meth:`_post`)."""
+        from ._buffers import message_simple
+
+        m = message_simple(x.mem, False, x.src, 1, "Irecv")
+        x.mem, x.result = m.mem, None
+        return self._post(x)
 
     def unlazy(self) -> None:
         """:meth:`_unlazy` under the lock (probes: the matcher's queues complete)."""
