@@ -483,33 +483,15 @@ class Engine:
             return None
         if not self.typecheck:
             sig = 0
-        if not self.lazy:
-            o = self._look(far, source, wpeer, tag, ctx, addr, cap, sig)
-            if o is not None:
-                x = Xfer(RECV)
-                x.st_source, x.st_tag, x.st_nbytes, x.msig = o.tolist()
-                x.done = True
-                return x
         x = Xfer(RECV)
         x.sig, x.addr, x.cap, x.ctx, x.src, x.wpeer, x.tag, x.call = sig, addr, cap, ctx, source, wpeer, tag, "Irecv"
-        x.mem = spec  # the buffer spec until posted (_unlazy parses it)
         x.result = far
+        if not self.lazy and self._look(x) == _GOT:
+            self._got(x)
+            return x
+        x.mem = spec  # the buffer spec until posted (_post_lazy parses it)
         self.lazy.append(x)
         return x
-
-    def _look(self, far: bool, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int):
-        """One compiled look for an eager message (no spin, nothing pushed ahead): the result
-        array, or None (not the message this receive matches first, or none yet)."""
-        if far:
-            mr = self.mrecv
-            if mr is None:
-                return None
-            rc = mr(self.mtab_a, self.ftab_a, wpeer, ctx, source, tag, sig, addr, cap, -1, self.epoch, self.fout_a)
-            if rc < 0:
-                raise _mpi_failed("MPI_Request_get_status, MPI_Test, MPI_Start or MPI_Irecv of a receive")
-        else:
-            rc = self.frecv(self.ftab, wpeer, ctx, source, tag, sig, addr, cap, 1, self.epoch, self.fout)
-        return self.fout if rc == _GOT else None
 
     def _drain(self) -> None:
         """Complete the lazy receives whose messages are next, in order (compiled looks); at
@@ -531,12 +513,9 @@ class Engine:
                 if self._post_lazy(x):
                     break  # posted, no message for it yet: those after it follow it into the matcher
                 continue
-            rc = self._look_rc(x)
+            rc = self._look(x)
             if rc == _GOT:
-                x.st_source, x.st_tag, x.st_nbytes, x.msig = self.fout.tolist()
-                x.mem = None
-                x.state = P.DONE
-                x.done = True
+                self._got(x)
                 i += 1
                 continue
             if rc == _EMPTY:
@@ -547,7 +526,9 @@ class Engine:
         if lazy:
             self._unlazy()
 
-    def _look_rc(self, x: Xfer) -> int:
+    def _look(self, x: Xfer) -> int:
+        """One compiled look for the eager message receive ``x`` matches first (no spin, nothing
+        pushed ahead): fastring's results (GOT: the result array holds its status)."""
         if x.result:
             mr = self.mrecv
             if mr is None:
@@ -558,6 +539,13 @@ class Engine:
                 raise _mpi_failed("MPI_Request_get_status, MPI_Test, MPI_Start or MPI_Irecv of a receive")
             return rc
         return self.frecv(self.ftab, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, 1, self.epoch, self.fout)
+
+    def _got(self, x: Xfer) -> None:
+        """Complete receive ``x`` that a look took (its status in the result array)."""
+        x.st_source, x.st_tag, x.st_nbytes, x.msig = self.fout.tolist()
+        x.mem = None
+        x.state = P.DONE
+        x.done = True
 
     def _unlazy(self) -> None:
         """Give the lazy receives to the matcher, in the order they were posted."""
