@@ -19,11 +19,11 @@ GPUMPI_SIM_NODES      under an MPI launcher: group the ranks into this many pret
 GPUMPI_MPI_CHUNK      bytes per message of a large transfer through the ``mpi`` transport
                       (default 4 MiB; device data is staged through host buffers of this size).
 GPUMPI_MPI_EAGER      the eager limit for ranks of other nodes: larger messages are pushed
-                      ahead as one MPI message of their own (default 65536, at most the
+                      ahead as one MPI message of their own (default 16384, at most the
                       eager limit; 0: every message is pushed).  Smaller is faster for
                       medium messages (no copy on either side) but such a send then waits
-                      for its receive, as a rendezvous does: programs that count on a
-                      standard Send of that size completing alone would wait.
+                      for its receive when the MPI library does not buffer it, as a
+                      rendezvous does (MPICH's own Send of 16 KiB waits so, 40 in a row).
 GPUMPI_MPI_CUDA       auto (default), 1 or 0: whether the MPI library takes device pointers
                       (auto: asks it, ``MPIX_Query_cuda_support``); 0 stages device data.
 GPUMPI_JOB_ID         32 hex digits (128 random bits), set by the launcher.
@@ -110,7 +110,7 @@ class Config:
     mpi_env: str = ""  # the MPI launcher's variable this process was started with ("": none)
     sim_nodes: int = 0
     mpi_chunk: int = 4 << 20
-    mpi_eager: int = 65536
+    mpi_eager: int = 16384
     mpi_cuda: str = "auto"
 
     @property
@@ -224,7 +224,7 @@ def _read(env) -> Config:
         mpi_env=mpi_launcher(env),
         sim_nodes=_sim_nodes(env),
         mpi_chunk=max(65536, _int(env, "GPUMPI_MPI_CHUNK", 4 << 20)),
-        mpi_eager=max(0, _int(env, "GPUMPI_MPI_EAGER", 65536)),
+        mpi_eager=max(0, _int(env, "GPUMPI_MPI_EAGER", 16384)),
         mpi_cuda=_mpi_cuda(env.get("GPUMPI_MPI_CUDA", "")),
     )
 

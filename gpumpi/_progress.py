@@ -23,7 +23,13 @@ completed at the start of each progress pass by one compiled look per receive wh
 next frames are exactly their messages.  Whatever else needs the matcher (a general
 receive, a probe, a cancel, a failure, a frame the look does not take) first gives the lazy
 receives to it in the order they were posted, so MPI's matching order never depends on
-which path ran.
+which path ran.  While the first lazy receive waits for another node, a progress pass
+reads only this node's rings: the next frame from MPI is the drain's to look at, not the
+matcher's.  Between nodes, a message above the far eager limit in one data message is
+pushed ahead by the compiled path for ``Isend`` too (:meth:`Engine.isend_far`), and a
+lazy receive's look takes such a message and starts the receive of its bytes
+(:meth:`Engine._pending`); both then stand where the engine's own push or match would
+leave them, their MPI requests in slots tested together (``DataSlots``).
 
 Waiting spins briefly, then yields the CPU, then sleeps in short growing steps
 (at most 1 ms): eight ranks on two cores finish without livelock.
@@ -225,7 +231,8 @@ class Engine:
         self.ftab = self.fout = self.fring = None
         self.fsize = 0
         # the compiled path to ranks of other nodes (gpumpi.ipc.fastmpi): its table and functions
-        self.mtab = self.msend = self.mrecv = self.mpush = None
+        self.mtab = self.msend = self.mrecv = self.mpush = self.mslots = None
+        self.nslotted = 0  # operations in ``direct`` whose data messages are in slots of ``mslots``
         self.mchunk = 0
         self.mtab_a = 0
         # messages above this go to ranks of other nodes pushed ahead (GPUMPI_MPI_EAGER)
@@ -479,26 +486,32 @@ class Engine:
         if q is not None and (q.posted or q.unexpected):
             return None
         far = self.far and (wpeer < 0 or wpeer in self.far)
-        if cap > (self.far_eager if far else self.eager_limit) or far and self.mrecv is None:
+        if cap > (self.mchunk if far else self.eager_limit) or far and self.mrecv is None:
             return None
         if not self.typecheck:
             sig = 0
         x = Xfer(RECV)
         x.sig, x.addr, x.cap, x.ctx, x.src, x.wpeer, x.tag, x.call = sig, addr, cap, ctx, source, wpeer, tag, "Irecv"
         x.result = far
-        if not self.lazy and self._look(x) == _GOT:
-            self._got(x)
-            return x
+        if not self.lazy:
+            rc = self._look(x)
+            if rc == _GOT:
+                self._got(x)
+                return x
+            if rc == _PENDING:
+                self._pending(x)
+                return x
         x.mem = spec  # the buffer spec until posted (_post_lazy parses it)
         self.lazy.append(x)
         return x
 
-    def _drain(self) -> None:
+    def _drain(self) -> int:
         """Complete the lazy receives whose messages are next, in order (compiled looks); at
         the first that is not (something else came first) they all go to the matcher; when
         nothing came, they stay.  A message a progress pass queued in the matcher meanwhile
         (it came between a look and the pass's poll) goes to the first lazy receive, which
-        is given to the matcher alone: it takes the first message there it matches."""
+        is given to the matcher alone: it takes the first message there it matches.  The
+        number of receives that left the lazy queue (matched or given to the matcher)."""
         lazy = self.lazy
         i = 0
         n = len(lazy)
@@ -518,23 +531,31 @@ class Engine:
                 self._got(x)
                 i += 1
                 continue
+            if rc == _PENDING:
+                self._pending(x)
+                i += 1
+                continue
             if rc == _EMPTY:
                 del lazy[:i]
-                return
+                return i
             break
         del lazy[:i]
         if lazy:
             self._unlazy()
+        return i
 
     def _look(self, x: Xfer) -> int:
-        """One compiled look for the eager message receive ``x`` matches first (no spin, nothing
-        pushed ahead): fastring's results (GOT: the result array holds its status)."""
+        """One compiled look for the message receive ``x`` matches first, without a spin:
+        fastring's results (GOT: the result array holds its status), or, from another node, a
+        message pushed ahead whose bytes are still coming (PENDING: their MPI request is in
+        the next free slot of :attr:`mslots`; see :meth:`_pending`)."""
         if x.result:
             mr = self.mrecv
             if mr is None:
                 return _OTHER
-            rc = mr(self.mtab_a, self.ftab_a, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, -1, self.epoch,
-                    self.fout_a)
+            slot = self.mslots.next_address()  # 0: no free slot, a pushed message is the engine's
+            rc = mr(self.mtab_a, self.ftab_a, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, -2 if slot else -1,
+                    self.epoch, self.fout_a, slot)
             if rc < 0:
                 raise _mpi_failed("MPI_Request_get_status, MPI_Test, MPI_Start or MPI_Irecv of a receive")
             return rc
@@ -546,6 +567,22 @@ class Engine:
         x.mem = None
         x.state = P.DONE
         x.done = True
+
+    def _pending(self, x: Xfer) -> None:
+        """Receive ``x`` that a look matched to a message pushed ahead from another node, its
+        bytes still coming into the destination: it is where the engine's own match of it
+        would be (:meth:`_match`, the direct plan), its MPI request in the slot it took,
+        completed by :meth:`_advance_direct`."""
+        x.st_source, x.st_tag, x.st_nbytes, x.msig = self.fout.tolist()
+        x.msgid, x.peer = self.faux.tolist()
+        x.mem = None
+        x.got, x.nbytes = 0, x.st_nbytes
+        x.state = _RECV_DIRECT
+        x.pend = _SLOTTED
+        self.mslots.take(x)
+        self.nslotted += 1
+        self.pulls[(x.peer, x.msgid)] = x
+        self.direct.append(x)
 
     def _unlazy(self) -> None:
         """Give the lazy receives to the matcher, in the order they were posted."""
@@ -603,6 +640,7 @@ class Engine:
             tab += [inc[p], p]
         self.ftab = np.array(tab, dtype=np.int64)
         self.fout = np.zeros(4, dtype=np.int64)
+        self.faux = None
         self.fring = out
         self.fsize = tr.out[self.rank].size
         self.ftab_a, self.fout_a = self.ftab.ctypes.data, self.fout.ctypes.data  # for rounds (addresses)
@@ -616,6 +654,8 @@ class Engine:
 
                     self.msend, self.mrecv, self.mpush = fastmpi.kernels()
                     self.mchunk = self.world.cfg.mpi_chunk
+                    self.mslots, self.faux, self.mdreq_a = far.slots, far.aux, far.dreq.ctypes.data
+                    self.mregion = next(r for r in self.host if r.name == "mpi")
                     self.mtab = mt
                     self.mtab_a = mt.ctypes.data
             except Exception:  # noqa: BLE001 -- unable to compile here: the general path serves
@@ -657,13 +697,45 @@ class Engine:
                 self.tr.backlog[wpeer] is not FAR or _threads():
             return False
         rc = self.mpush(self.mtab_a, self.ftab_a, wpeer, src, ctx, tag, sig, addr, nbytes, self._new_msgid(),
-                        self.spin_first, self.epoch)
+                        self.spin_first, self.epoch, self.mdreq_a)
         if rc == _PENDING:
             self._wait_far(self.farframes.data_request())
             return True
         if rc < 0:
             raise _mpi_failed(f"MPI_Isend of a message to rank {wpeer}")
         return rc == _GOT
+
+    def isend_far(self, wpeer: int, src: int, ctx: int, tag: int, addr: int, nbytes: int, sig: int):
+        """``Isend``'s counterpart of :meth:`push_far` (one thread): a message to a rank of another
+        node above the far eager limit, in one data message, pushed ahead by the compiled path
+        without waiting: the shared completed ``SENT`` when MPI is done with it at once, else
+        the send, where the engine's own push would leave it (:meth:`_push_ahead`), its MPI
+        request in a slot of :attr:`mslots` (completed by :meth:`_advance_direct`); None,
+        nothing was done (the caller posts it through :meth:`isend`)."""
+        if self.mtab is None or nbytes <= self.far_eager or nbytes > self.mchunk or self.failed or \
+                self.tr.backlog[wpeer] is not FAR or _threads():
+            return None
+        slots = self.mslots
+        slot = slots.next_address()
+        if not slot:
+            return None
+        m = self._new_msgid()
+        rc = self.mpush(self.mtab_a, self.ftab_a, wpeer, src, ctx, tag, sig, addr, nbytes, m, 0, self.epoch, slot)
+        if rc == _PENDING:
+            x = Xfer(SEND)
+            x.msgid, x.peer, x.tag, x.ctx, x.mode, x.nbytes, x.call = m, wpeer, tag, ctx, P.STANDARD, nbytes, "Isend"
+            x.region, x.want, x.segs = self.mregion, nbytes, [(addr, nbytes)]
+            x.state = _SEND_PUSHED
+            x.pend = _SLOTTED
+            slots.take(x)
+            self.nslotted += 1
+            self.direct.append(x)
+            return x
+        if rc == _GOT:
+            return SENT
+        if rc < 0:
+            raise _mpi_failed(f"MPI_Isend of a message to rank {wpeer}")
+        return None
 
     def _wait_far(self, req) -> None:
         """Progress the engine until the compiled path's MPI request ``req`` completes."""
@@ -745,12 +817,13 @@ class Engine:
         out = self.fout
         big = cap > self.mchunk  # several data messages: a receive posted first serves it sooner
         mta, taba, outa = self.mtab_a, self.ftab_a, self.fout_a
-        rc = mr(mta, taba, wpeer, ctx, source, tag, sig, addr, cap, 1 if big else self.spin_first, self.epoch, outa)
+        dq = self.mdreq_a
+        rc = mr(mta, taba, wpeer, ctx, source, tag, sig, addr, cap, 1 if big else self.spin_first, self.epoch, outa, dq)
         spins = 0
         while rc == _EMPTY and not big:  # nothing yet: back off between short spins
             spins += 1
             self.backoff(spins + 50)
-            rc = mr(mta, taba, wpeer, ctx, source, tag, sig, addr, cap, self.spin_next, self.epoch, outa)
+            rc = mr(mta, taba, wpeer, ctx, source, tag, sig, addr, cap, self.spin_next, self.epoch, outa, dq)
         if rc == _PENDING:  # a message pushed ahead, its bytes still coming: progress meanwhile
             self._wait_far(self.farframes.data_request())
             return out
@@ -1090,21 +1163,42 @@ class Engine:
         self.pushing.append(x)
 
     def _advance_direct(self) -> int:
-        """Test the transfers of direct regions; complete those done (on this side)."""
+        """Test the transfers of direct regions; complete those done (on this side).  Those of
+        the compiled path (in slots of :attr:`mslots`) are tested together, the others one
+        by one."""
         n = 0
-        for x in list(self.direct):
+        direct = self.direct
+        slots = self.mslots
+        if slots is not None and slots.owner:
+            for x in slots.done():
+                if x.pend is _SLOTTED:  # else failed meanwhile (its peer, or at Finalize)
+                    n += 1
+                    direct.remove(x)
+                    self._direct_done(x)
+            if len(direct) == self.nslotted:
+                return n
+        for x in list(direct):
             if not x.pend.test():
                 continue
             n += 1
-            self.direct.remove(x)
-            x.pend = None
-            if x.kind == SEND:
-                x.state = P.step(P.SEND, x.state, "pushed")
-            else:
-                del self.pulls[(x.peer, x.msgid)]
-                x.state = P.step(P.RECV, x.state, "direct_done")
-            self._finish(x)
+            direct.remove(x)
+            self._direct_done(x)
         return n
+
+    def _direct_done(self, x: Xfer) -> None:
+        self._undirect(x)
+        if x.kind == SEND:
+            x.state = P.step(P.SEND, x.state, "pushed")
+        else:
+            del self.pulls[(x.peer, x.msgid)]
+            x.state = P.step(P.RECV, x.state, "direct_done")
+        self._finish(x)
+
+    def _undirect(self, x: Xfer) -> None:
+        """``x`` left ``direct``: its transfer is over (or given up)."""
+        if x.pend is _SLOTTED:
+            self.nslotted -= 1
+        x.pend = None
 
     def _push(self) -> None:
         tr = self.tr
@@ -1169,10 +1263,18 @@ class Engine:
     def progress(self) -> int:
         """One pass: flush backlogs, read frames, push chunks, check for failed peers; the
         number of frames read and queued frames written (0: nothing moved)."""
-        if self.lazy:
-            self._drain()
         tr = self.tr
-        n = tr.poll(self._on_frame)
+        lazy = self.lazy
+        n = 0
+        if lazy:
+            n = self._drain()
+            lazy = self.lazy
+        if lazy and lazy[0].result:
+            # lazy receives wait for another node: the next frame from there is their looks', not
+            # the matcher's (the next pass's drain takes it, or gives them the matcher first)
+            n += tr.poll_near(self._on_frame)
+        else:
+            n += tr.poll(self._on_frame)
         if self.pushing:
             self._push()
         if self.direct:
@@ -1303,6 +1405,7 @@ class Engine:
         for x in list(self.direct):
             if x.peer in new:
                 self.direct.remove(x)
+                self._undirect(x)
                 if x.kind == RECV:
                     self.pulls.pop((x.peer, x.msgid), None)
                 self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.peer})")
@@ -1365,6 +1468,7 @@ class Engine:
                 del self.pulls[key]
                 if x in self.direct:
                     self.direct.remove(x)
+                    self._undirect(x)
                 self._fail(x, ERR_OTHER, f"{x.call}: rank {key[0]} finalized before its message arrived")
         idle = self.tr.idle()
         if idle and not self.pulls and not self.lazy and next(self.matcher.posted_items(), None) is None:
@@ -1384,6 +1488,20 @@ class Engine:
 
 
 _UNSET = object()
+
+
+class _Slotted:
+    """The ``pend`` of an operation whose data message is in a slot of ``Engine.mslots``:
+    tested with the others there (``DataSlots.done``), never alone."""
+
+    @staticmethod
+    def test() -> bool:
+        return False
+
+
+_SLOTTED = _Slotted()
+_SEND_PUSHED = P.step(P.SEND, P.START, "rts_pushed")
+_RECV_DIRECT = P.step(P.RECV, P.POSTED, P.DIRECT)
 
 #: The completed send every standard eager send returns (it needs no state of its own).
 SENT = Xfer(SEND)

@@ -742,9 +742,13 @@ class Comm(Handle):
         if h is not None and type(dest) is int and type(tag) is int and 0 <= dest < len(self._w) and \
                 0 <= tag <= TAG_UB_VALUE and self._ctx >= 0:
             eng = _rt.ENGINE
-            if self._ctx not in eng.freed_ctx and \
-                    eng.send_fast(self._w[dest], self._rank, self._ctx, tag, h[0], h[1], h[2]):
-                return Request._of(_SENT_NOW, self, None, buf)
+            if self._ctx not in eng.freed_ctx:
+                if eng.send_fast(self._w[dest], self._rank, self._ctx, tag, h[0], h[1], h[2]):
+                    return Request._of(_SENT_NOW, self, None, buf)
+                if eng.mtab is not None:  # to another node, pushed ahead by the compiled path
+                    x = eng.isend_far(self._w[dest], self._rank, self._ctx, tag, h[0], h[1], h[2])
+                    if x is not None:
+                        return Request._of(x, self, None, buf)
         return self._send_req(buf, dest, tag, STANDARD, "Isend", stream)
 
     def Issend(self, buf, dest: int, tag: int = 0, *, stream=None) -> Request:

@@ -54,12 +54,12 @@ EMPTY, GOT, OTHER, EPOCH = _F.EMPTY, _F.GOT, _F.OTHER, _F.EPOCH
 #: rows of the table ``mt``
 MT = ("isend", "test", "start", "getstatus", "irecv", "hw", "comm", "byte", "reqnull", "soff", "nrecv", "rbuf",
       "fmax", "hreq", "rctl", "nsend", "sbuf", "slot", "sreq", "sctl", "status", "flag", "count", "tag", "dtag",
-      "span", "chunk", "ident", "dreq")
+      "span", "chunk", "ident", "dreq", "aux")
 (_ISEND, _TEST, _START, _GETST, _IRECV, _HW, _COMM, _BYTE, _REQNULL, _SOFF, _NRECV, _RBUF, _FMAX, _HREQ, _RCTL,
  _NSEND, _SBUF, _SLOT, _SREQ, _SCTL, _STATUS, _FLAG, _COUNT, _TAGF, _DTAG, _SPAN, _CHUNK, _IDENT,
- _DREQ) = range(len(MT))
+ _DREQ, _AUX) = range(len(MT))
 NMT = len(MT)
-#: recv/push result: the data's MPI request is still going (its handle at ``mt[dreq]``)
+#: recv/push result: the data's MPI request is still going (its handle where the caller said: ``dreq``)
 PENDING = 4
 _RTS = 2
 _PUSHED = 2 | 128  # FLAG_OFFER | FLAG_PUSHED
@@ -149,17 +149,17 @@ def _build():
     _irecv4, _irecv8 = _isend4, _isend8  # the same C signature
     _frame = _F._jit(_j_frame, "int64(" + ", ".join(["int64[::1]"] + ["int64"] * 10) + ")")
     _busy = _F._jit(_j_busy, "boolean(int64[::1], int64[::1], int64)")
-    _finish = _F._jit(_j_finish, "int64(int64[::1], int64[::1], int64, int64)")
+    _finish = _F._jit(_j_finish, "int64(int64[::1], int64[::1], int64, int64, int64)")
     global _send, _recv, _push, _carray, _pi8
     _carray, _pi8 = _F._carray, _F._pi8
     _send = _F._jit(_j_send, "int64(int64[::1], int64, int64, int64, int64, int64, int64, int64)")
     _recv = _F._jit(_j_recv, "int64(int64[::1], int64[::1], int64, int64, int64, int64, int64, int64, int64, int64, "
-                             "int64, int64[::1])")
+                             "int64, int64[::1], int64)")
     _push = _F._jit(_j_push, "int64(int64[::1], int64[::1], int64, int64, int64, int64, int64, int64, int64, int64, "
-                             "int64, int64)")
+                             "int64, int64, int64)")
     # the entry points take the tables and the result array by address: an array argument
     # costs a call about 60 ns to unpack (fastring.rounds)
-    i64 = ", ".join(["int64"] * 12)
+    i64 = ", ".join(["int64"] * 13)
     send = _F._jit(_j_send_a, "int64(" + ", ".join(["int64"] * 8) + ")")
     recv = _F._jit(_j_recv_a, "int64(" + i64 + ")")
     push = _F._jit(_j_push_a, "int64(" + i64 + ")")
@@ -170,14 +170,14 @@ def _j_send_a(mta, peer, src, ctx, tag, sig, paddr, plen):
     return _send(_carray(_pi8(mta), NMT), peer, src, ctx, tag, sig, paddr, plen)
 
 
-def _j_recv_a(mta, taba, want, ctx, src, tag, sig, dst, cap, budget, epoch, outa):
+def _j_recv_a(mta, taba, want, ctx, src, tag, sig, dst, cap, budget, epoch, outa, dreq):
     return _recv(_carray(_pi8(mta), NMT), _carray(_pi8(taba), 3 + 2 * _ld64(taba + 16)), want, ctx, src, tag, sig,
-                 dst, cap, budget, epoch, _carray(_pi8(outa), 4))
+                 dst, cap, budget, epoch, _carray(_pi8(outa), 4), dreq)
 
 
-def _j_push_a(mta, taba, peer, src, ctx, tag, sig, paddr, plen, msgid, budget, epoch):
+def _j_push_a(mta, taba, peer, src, ctx, tag, sig, paddr, plen, msgid, budget, epoch, dreq):
     return _push(_carray(_pi8(mta), NMT), _carray(_pi8(taba), 3 + 2 * _ld64(taba + 16)), peer, src, ctx, tag, sig,
-                 paddr, plen, msgid, budget, epoch)
+                 paddr, plen, msgid, budget, epoch, dreq)
 
 
 # -- the compiled functions (plain Python here; compiled by _build) ---------------------------------
@@ -259,11 +259,10 @@ def _j_busy(mt, tab, epoch):
     return False
 
 
-def _j_finish(mt, tab, budget, epoch):
-    """Spin until the data request at ``mt[dreq]`` completes (GOT), or :func:`_j_busy` says
-    the engine is wanted, or ``budget`` rounds passed (PENDING: it is still going); -1 when
-    MPI failed."""
-    dreq = mt[_DREQ]
+def _j_finish(mt, tab, budget, epoch, dreq):
+    """Spin until the data request at ``dreq`` completes (GOT), or :func:`_j_busy` says the
+    engine is wanted, or ``budget`` rounds passed (PENDING: it is still going; a budget of 0
+    or less tests it once); -1 when MPI failed."""
     fl = mt[_FLAG]
     while True:
         if _test(mt[_TEST], dreq, fl, mt[_STATUS]) != 0:
@@ -276,13 +275,13 @@ def _j_finish(mt, tab, budget, epoch):
         _pause()
 
 
-def _j_push(mt, tab, peer, src, ctx, tag, sig, paddr, plen, msgid, budget, epoch):
+def _j_push(mt, tab, peer, src, ctx, tag, sig, paddr, plen, msgid, budget, epoch, dreq):
     """A standard send of ``plen`` bytes at ``paddr`` (at most one data message, ``mt[chunk]``)
     pushed ahead: the RTS frame (flags OFFER|PUSHED, the region's ident byte), then
-    ``MPI_Isend`` of the bytes (tag ``mt[dtag] + msgid % mt[span]``, request at
-    ``mt[dreq]``), then :func:`_j_finish`: GOT (sent), PENDING (still going: the caller
-    completes it through the engine); 0 when nothing was done (no free send slot); -1 when
-    MPI failed."""
+    ``MPI_Isend`` of the bytes (tag ``mt[dtag] + msgid % mt[span]``, its request handle
+    written at address ``dreq``), then :func:`_j_finish`: GOT (sent), PENDING (still going:
+    the caller completes it through the engine); 0 when nothing was done (no free send
+    slot); -1 when MPI failed."""
     one = mt[_FLAG] + 4  # the frame's one byte: the offering region's ident
     _st8(one, mt[_IDENT])
     rc = _frame(mt, peer, _RTS, _PUSHED, src, ctx, tag, plen | (sig << _SIG_SHIFT), msgid, one, 1)
@@ -290,19 +289,22 @@ def _j_push(mt, tab, peer, src, ctx, tag, sig, paddr, plen, msgid, budget, epoch
         return rc
     dtag = mt[_DTAG] + msgid % mt[_SPAN]
     if mt[_HW] == 4:
-        rc = _isend4(mt[_ISEND], paddr, plen, mt[_BYTE], peer, dtag, mt[_COMM], mt[_DREQ])
+        rc = _isend4(mt[_ISEND], paddr, plen, mt[_BYTE], peer, dtag, mt[_COMM], dreq)
     else:
-        rc = _isend8(mt[_ISEND], paddr, plen, mt[_BYTE], peer, dtag, mt[_COMM], mt[_DREQ])
+        rc = _isend8(mt[_ISEND], paddr, plen, mt[_BYTE], peer, dtag, mt[_COMM], dreq)
     if rc != 0:
         return -1
-    return _finish(mt, tab, budget, epoch)
+    return _finish(mt, tab, budget, epoch, dreq)
 
 
-def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
+def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out, dreq):
     """Consume the next frame if it is the eager message this receive matches (see the module
     docstring); GOT (``out`` = source, tag, bytes, signature), OTHER, EPOCH or EMPTY; -1
-    when MPI failed.  A ``budget`` below 0 is one look that never waits: a message pushed
-    ahead is left to the engine (its bytes may still be coming)."""
+    when MPI failed.  A message pushed ahead is taken too: its bytes are received into
+    ``dst`` (``MPI_Irecv``, the request's handle written at address ``dreq``) and waited for
+    (PENDING when the engine is wanted first).  A ``budget`` below 0 is one look that never
+    waits: -1 leaves a message pushed ahead to the engine, -2 takes it and tests its bytes
+    once (PENDING: still coming; ``mt[aux]`` holds its message id and sender's rank)."""
     hw = mt[_HW]
     size = tab[0]
     eaddr = tab[1]
@@ -350,8 +352,8 @@ def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
             nb = _accept(p, ctx, src, tag, sig, cap)  # fastring's rule
             if nb < 0:
                 return OTHER
-            if pushed and (budget < 0 or nb > mt[_CHUNK] or _ld8(p + _HLEN) != mt[_IDENT]):
-                return OTHER  # a nonblocking look, several data messages, or another region's: the engine's
+            if pushed and (budget == -1 or nb > mt[_CHUNK] or _ld8(p + _HLEN) != mt[_IDENT]):
+                return OTHER  # not asked for, several data messages, or another region's: the engine's
             if _test(mt[_TEST], raddr, fl, st) != 0:
                 return -1
             msgid = _ld64(p + 24)
@@ -373,12 +375,16 @@ def _j_recv(mt, tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
             # pushed ahead: receive the bytes into the destination, and wait for them here
             dtag = mt[_DTAG] + msgid % mt[_SPAN]
             if hw == 4:
-                rc = _irecv4(mt[_IRECV], dst, nb, mt[_BYTE], peer, dtag, mt[_COMM], mt[_DREQ])
+                rc = _irecv4(mt[_IRECV], dst, nb, mt[_BYTE], peer, dtag, mt[_COMM], dreq)
             else:
-                rc = _irecv8(mt[_IRECV], dst, nb, mt[_BYTE], peer, dtag, mt[_COMM], mt[_DREQ])
+                rc = _irecv8(mt[_IRECV], dst, nb, mt[_BYTE], peer, dtag, mt[_COMM], dreq)
             if rc != 0:
                 return -1
-            return _finish(mt, tab, budget if budget > 1024 else 1024, epoch)
+            if budget < 0:
+                _st64(mt[_AUX], msgid)
+                _st64(mt[_AUX] + 8, peer)
+                return _finish(mt, tab, 0, epoch, dreq)
+            return _finish(mt, tab, budget if budget > 1024 else 1024, epoch, dreq)
         budget -= 1
         if budget <= 0:
             return EMPTY

@@ -312,7 +312,8 @@ class MpiFrames(Frames):
         self.sctl = np.zeros(1, dtype=np.int64)
         self.fstatus = np.zeros(max(64, M._sizeof(M.Status)), dtype=np.uint8)
         self.fflag = np.zeros(2, dtype=np.int32)
-        self.dreq = np.full(1, null, dtype=hty)  # the compiled path's data request (fastmpi.push, recv)
+        self.dreq = np.full(1, null, dtype=hty)  # the blocking compiled path's data request (fastmpi.push, recv)
+        self.aux = np.zeros(2, dtype=np.int64)  # a nonblocking receive's pushed message: its id, its sender
         self._status_bytes = M._sizeof(M.Status)
         host = next((r for r in regions if r.name == "mpi" and r.memory == HOST), None)
         if host is None:
@@ -325,7 +326,9 @@ class MpiFrames(Frames):
             "sreq": self.sreq.ctypes.data, "sctl": self.sctl.ctypes.data, "status": self.fstatus.ctypes.data,
             "flag": self.fflag.ctypes.data, "count": self.sent.ctypes.data, "tag": TAG_FRAME, "dtag": TAG_DATA,
             "span": host.span, "chunk": host.chunk, "ident": host.ident, "dreq": self.dreq.ctypes.data,
+            "aux": self.aux.ctypes.data,
         }
+        self.slots = DataSlots(lib, hty, null, self._status_bytes, M.UNDEFINED)
         self.mt = np.array([row[k] for k in FM.MT], dtype=np.int64)
         return self.mt
 
@@ -391,6 +394,62 @@ class MpiFrames(Frames):
         self.sends.clear()
         self._fast_sends(True)
         self.sreq = None
+
+
+#: data messages of the compiled nonblocking path in flight at once (DataSlots)
+NSLOT = 128
+
+
+class DataSlots:
+    """The MPI requests of data messages that the compiled path started for nonblocking
+    operations (``Isend`` pushed ahead, ``Irecv`` of a message pushed ahead): ``NSLOT``
+    handles in one array, each slot owned by the operation whose bytes it carries, all
+    tested by one ``MPI_Testsome`` per progress pass (:meth:`done`)."""
+
+    __slots__ = ("h", "base", "hw", "free", "owner", "_fn", "_cnt", "_idx", "_st", "_undef")
+
+    def __init__(self, lib, hty, null: int, status_bytes: int, undefined: int) -> None:
+        import numpy as np
+
+        self.h = np.full(NSLOT, null, dtype=hty)
+        self.base = self.h.ctypes.data
+        self.hw = self.h.itemsize
+        self.free = list(range(NSLOT - 1, -1, -1))  # taken from the end: the lowest slots first
+        self.owner: dict = {}  # slot -> the operation it carries
+        self._fn = lib.MPI_Testsome
+        self._fn.restype = ctypes.c_int
+        self._cnt = ctypes.c_int(0)
+        self._idx = np.zeros(NSLOT, dtype=np.int32)
+        self._st = ctypes.create_string_buffer(NSLOT * max(status_bytes, 8))
+        self._undef = undefined
+
+    def next_address(self) -> int:
+        """The address of the handle the next :meth:`take` gives (0: every slot is taken)."""
+        free = self.free
+        return self.base + free[-1] * self.hw if free else 0
+
+    def take(self, x) -> None:
+        """Give the next slot (its handle written by the compiled call) to operation ``x``."""
+        self.owner[self.free.pop()] = x
+
+    def done(self) -> list:
+        """The operations whose data messages completed since the last call (their slots free)."""
+        fn = self._fn
+        cnt = self._cnt
+        if fn(NSLOT, ctypes.c_void_p(self.base), ctypes.byref(cnt), ctypes.c_void_p(self._idx.ctypes.data),
+              self._st) != 0:
+            from ..errors import ERR_OTHER, error
+
+            raise error(ERR_OTHER, "gpumpi: MPI_Testsome of pushed messages' data failed in the MPI library")
+        k = cnt.value
+        if k <= 0 or k == self._undef:
+            return []
+        owner, free = self.owner, self.free
+        out = []
+        for i in self._idx[:k].tolist():
+            out.append(owner.pop(i))
+            free.append(i)
+        return out
 
 
 class RawRequest:

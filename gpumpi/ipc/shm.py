@@ -154,6 +154,14 @@ class ShmTransport(Frames):
 
     def poll(self, handler, budget: int = 64) -> int:
         """Hand up to ``budget`` incoming frames to ``handler(peer, hdr, payload_view)``."""
+        got = self.poll_near(handler, budget)
+        far = self.far
+        if far is not None and got < budget:
+            got += far.poll(handler, budget - got)
+        return got
+
+    def poll_near(self, handler, budget: int = 64) -> int:
+        """:meth:`poll` of this node's rings alone (the frames from other nodes stay where they are)."""
         got = 0
         inc = self.inc
         for peer in self.peers_in:
@@ -171,9 +179,6 @@ class ShmTransport(Frames):
                 handler(peer, hdr, d[off + HLEN : off + n])
                 r.release(n)
                 got += 1
-        far = self.far
-        if far is not None and got < budget:
-            got += far.poll(handler, budget - got)
         return got
 
     def arrived(self) -> bool:

@@ -300,6 +300,133 @@ def test_compiled_path_between_nodes(eager, n):
     assert run_mpiexec(_compiled_far_path, n, nodes=2, args=(max(eager, 1),), env=env, timeout=100) == [True] * n
 
 
+def _nonblocking_pushed(eager, chunk):
+    """Isend/Irecv windows between nodes of messages above the far eager limit, which the
+    compiled path pushes ahead (Engine.isend_far) and takes into lazily posted receives
+    (Engine._pending), their MPI requests in slots tested together: every byte, status and
+    per-source order right, next to eager messages, a rank of the receiver's own node, a
+    wildcard, the general path's receives, a probe, a cancel, a truncation and a type
+    mismatch; and the slots really carried the pushed messages."""
+    from gpumpi import MPI
+    from gpumpi import _runtime as rt
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    eng = rt.ENGINE
+    far = n - 1  # rank 0's partner on the other node
+    sizes = [eager + 1, 8, 65536 + 7, chunk, 3, chunk + 5, eager]  # chunk + 5: two data messages (the engine's)
+    win = len(sizes) * 3
+    rounds = 6
+    c.Barrier()
+    if r == 0:
+        for k in range(rounds):
+            reqs, bufs = [], []
+            for j in range(win):
+                size = sizes[j % len(sizes)]
+                b = np.full(size, 255, np.uint8)
+                bufs.append((far, j, b))
+                src = MPI.ANY_SOURCE if (k == rounds - 1 and j % 5 == 0) else far
+                reqs.append(c.Irecv(b, src, 7))
+            if n > 2:  # a rank of this node sends too, on another tag, into general receives
+                b1 = np.full(chunk, 255, np.uint8)
+                reqs.append(c.Irecv([b1, chunk, MPI.BYTE], 1, 8))
+                bufs.append((1, k, b1))
+            sts = [MPI.Status() for _ in reqs]
+            MPI.Request.Waitall(reqs, sts)
+            for (p, j, b), st in zip(bufs, sts):
+                size = sizes[j % len(sizes)] if p == far else chunk
+                seed = k * 100 + j
+                assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)) == (p, 7 if p == far else 8, size), \
+                    (k, j, size)
+                assert np.array_equal(b, pattern(size, seed)), (k, j, size)
+            c.Send(np.zeros(1, np.uint8), far, 9)
+        assert eng.mslots is not None, "the compiled path between nodes is not in use"
+    elif r == far:
+        for k in range(rounds):
+            reqs = [c.Isend(pattern(sizes[j % len(sizes)], k * 100 + j), 0, 7) for j in range(win)]
+            MPI.Request.Waitall(reqs)
+            c.Recv(np.zeros(1, np.uint8), 0, 9)
+        assert eng.mslots is not None, "the compiled path between nodes is not in use"
+    elif r == 1:
+        for k in range(rounds):
+            c.Isend(pattern(chunk, k * 100 + k), 0, 8).Wait()
+    c.Barrier()
+    # the compiled path carried the pushed messages: on a second pass, neither side's general
+    # path (Engine.isend, Engine._post_lazy) saw one, and no slot stays held
+    if r in (0, far) and eng.mslots is not None:
+        general = []
+        isend, post_lazy = eng.isend, eng._post_lazy
+        eng.isend = lambda *a, **k: general.append("isend") or isend(*a, **k)
+        eng._post_lazy = lambda x: general.append("post") or post_lazy(x)
+        try:
+            if r == 0:
+                bs = [np.zeros(chunk, np.uint8) for _ in range(8)]
+                MPI.Request.Waitall([c.Irecv(b, far, 3) for b in bs])
+                assert all(np.array_equal(b, pattern(chunk, i)) for i, b in enumerate(bs))
+            else:
+                MPI.Request.Waitall([c.Isend(pattern(chunk, i), 0, 3) for i in range(8)])
+        finally:
+            del eng.isend, eng._post_lazy
+        assert general == [], general
+        assert not eng.mslots.owner and eng.nslotted == 0, "a slot is still held"
+    c.Barrier()
+    # matching order against the general path, a probe, a cancel and the errors, pushed messages
+    if r == far:
+        c.Recv(np.zeros(1, np.uint8), 0, 1)
+        c.Send(pattern(eager + 10, 1), 0, 2)
+        c.Send(pattern(eager + 20, 2), 0, 2)
+        c.Recv(np.zeros(1, np.uint8), 0, 1)
+        c.Send(pattern(eager + 30, 3), 0, 3)
+        c.Send(pattern(eager + 40, 4), 0, 3)
+        c.Recv(np.zeros(1, np.uint8), 0, 1)
+        c.Send(pattern(eager + 50, 5), 0, 4)
+        c.Send(pattern(eager + 60, 6), 0, 5)  # truncated
+        c.Send([np.arange((eager + 80) // 8, dtype=np.float64), MPI.DOUBLE], 0, 6)  # another type
+    elif r == 0:
+        a, b = np.zeros(eager + 10, np.uint8), np.zeros(eager + 20, np.uint8)
+        ra = c.Irecv(a, far, 2)
+        rb = c.Irecv([b, 1, MPI.Datatype.Create_contiguous(MPI.BYTE, eager + 20).Commit()], far, 2)  # general
+        c.Send(np.zeros(1, np.uint8), far, 1)
+        MPI.Request.Waitall([ra, rb])
+        assert np.array_equal(a, pattern(eager + 10, 1)) and np.array_equal(b, pattern(eager + 20, 2))
+        p = np.zeros(eager + 30, np.uint8)
+        rp = c.Irecv(p, far, 3)
+        c.Send(np.zeros(1, np.uint8), far, 1)
+        st = MPI.Status()
+        c.Probe(far, 3, st)
+        assert st.Get_count(MPI.BYTE) == eager + 40  # the first message is the lazy receive's
+        rp.Wait()
+        assert np.array_equal(p, pattern(eager + 30, 3))
+        q = np.zeros(eager + 40, np.uint8)
+        c.Recv(q, far, 3)
+        assert np.array_equal(q, pattern(eager + 40, 4))
+        rc = c.Irecv(np.zeros(eager + 50, np.uint8), far, 4)
+        rc.Cancel()
+        rc.Wait(st)
+        assert st.Is_cancelled()
+        c.Send(np.zeros(1, np.uint8), far, 1)
+        got = np.zeros(eager + 50, np.uint8)
+        c.Recv(got, far, 4)
+        assert np.array_equal(got, pattern(eager + 50, 5))
+        small = np.zeros(eager + 2, np.uint8)
+        rt_, rm = c.Irecv(small, far, 5), c.Irecv(np.zeros((eager + 80) // 8, np.int64), far, 6)
+        with pytest.raises(MPI.Exception) as ei:
+            rt_.Wait()
+        assert ei.value.Get_error_class() == MPI.ERR_TRUNCATE
+        assert np.array_equal(small, pattern(eager + 60, 6)[: eager + 2])
+        with pytest.raises(MPI.Exception) as ei:
+            rm.Wait()
+        assert ei.value.Get_error_class() == MPI.ERR_TYPE
+    c.Barrier()
+    return True
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_nonblocking_pushed_messages_between_nodes(n):
+    env = {"GPUMPI_FASTPATH": "on", "GPUMPI_MPI_EAGER": "4096", "GPUMPI_MPI_CHUNK": "262144"}
+    assert run_mpiexec(_nonblocking_pushed, n, nodes=2, args=(4096, 262144), env=env, timeout=100) == [True] * n
+
+
 def _communicators_and_collectives():
     from gpumpi import MPI
     from gpumpi import _runtime as rt
