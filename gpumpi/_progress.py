@@ -298,9 +298,8 @@ class Engine:
         x.region = region
         x.want = nbytes
         self.tr.send(wpeer, P.RTS, P.FLAG_OFFER | P.FLAG_PUSHED, src, ctx, tag, wire, m, bytes((region.ident,)))
-        x.pend = region.send_from(wpeer, m, mem, nbytes)
         x.state = P.step(P.SEND, x.state, "rts_pushed")
-        self.direct.append(x)
+        self._to_direct(x, region.send_from(wpeer, m, mem, nbytes))
 
     # --- posting --------------------------------------------------------------------------
     def isend(self, bufs, nbytes: int, wpeer: int, src: int, tag: int, ctx: int, mode: int, call: str,
@@ -578,11 +577,8 @@ class Engine:
         x.mem = None
         x.got, x.nbytes = 0, x.st_nbytes
         x.state = _RECV_DIRECT
-        x.pend = _SLOTTED
-        self.mslots.take(x)
-        self.nslotted += 1
         self.pulls[(x.peer, x.msgid)] = x
-        self.direct.append(x)
+        self._to_direct(x, _SLOTTED)
 
     def _unlazy(self) -> None:
         """Give the lazy receives to the matcher, in the order they were posted."""
@@ -689,12 +685,17 @@ class Engine:
                                                               nbytes) == 1
         return fs(self.fring[wpeer], self.fsize, src, ctx, tag, sig, addr, nbytes) == 1
 
+    def _pushable(self, wpeer: int, nbytes: int) -> bool:
+        """Whether the compiled path pushes a message of ``nbytes`` to ``wpeer`` ahead: a rank of
+        another node, above the far eager limit, one data message, one thread, no failure."""
+        return self.mtab is not None and self.far_eager < nbytes <= self.mchunk and not self.failed and \
+            self.tr.backlog[wpeer] is FAR and not _threads()
+
     def push_far(self, wpeer: int, src: int, ctx: int, tag: int, addr: int, nbytes: int, sig: int) -> bool:
         """A blocking standard send (``Send``) that :meth:`send_fast` declined: a message to a
         rank of another node above the far eager limit is pushed ahead by the compiled path
         (``fastmpi.push``) and waited for here: True, sent (complete); False, nothing done."""
-        if self.mtab is None or nbytes <= self.far_eager or nbytes > self.mchunk or self.failed or \
-                self.tr.backlog[wpeer] is not FAR or _threads():
+        if not self._pushable(wpeer, nbytes):
             return False
         rc = self.mpush(self.mtab_a, self.ftab_a, wpeer, src, ctx, tag, sig, addr, nbytes, self._new_msgid(),
                         self.spin_first, self.epoch, self.mdreq_a)
@@ -712,11 +713,9 @@ class Engine:
         the send, where the engine's own push would leave it (:meth:`_push_ahead`), its MPI
         request in a slot of :attr:`mslots` (completed by :meth:`_advance_direct`); None,
         nothing was done (the caller posts it through :meth:`isend`)."""
-        if self.mtab is None or nbytes <= self.far_eager or nbytes > self.mchunk or self.failed or \
-                self.tr.backlog[wpeer] is not FAR or _threads():
+        if not self._pushable(wpeer, nbytes):
             return None
-        slots = self.mslots
-        slot = slots.next_address()
+        slot = self.mslots.next_address()
         if not slot:
             return None
         m = self._new_msgid()
@@ -726,10 +725,7 @@ class Engine:
             x.msgid, x.peer, x.tag, x.ctx, x.mode, x.nbytes, x.call = m, wpeer, tag, ctx, P.STANDARD, nbytes, "Isend"
             x.region, x.want, x.segs = self.mregion, nbytes, [(addr, nbytes)]
             x.state = _SEND_PUSHED
-            x.pend = _SLOTTED
-            slots.take(x)
-            self.nslotted += 1
-            self.direct.append(x)
+            self._to_direct(x, _SLOTTED)
             return x
         if rc == _GOT:
             return SENT
@@ -921,12 +917,12 @@ class Engine:
                 else self._host_addr(x, take)
             pushed = flags & P.FLAG_PUSHED
             # pushed ahead: every byte comes; those beyond ``take`` land in scratch memory
-            x.pend = region.recv_into(peer, msgid, dst, take, n if pushed else take)
+            pend = region.recv_into(peer, msgid, dst, take, n if pushed else take)
             x.ondev = wants_device
             x.got, x.nbytes, x.peer, x.msgid = 0, take, peer, msgid
             x.state = P.step(P.RECV, x.state, plan)
             self.pulls[(peer, msgid)] = x
-            self.direct.append(x)
+            self._to_direct(x, pend)
             if not pushed:
                 self.tr.send(peer, P.CTS, P.FLAG_DIRECT, 0, ctx, 0, take, msgid)
             return
@@ -1149,8 +1145,7 @@ class Engine:
                 src = (ad, self._ordered(x, s), s)
             else:
                 src = x.segs
-            x.pend = x.region.send_from(x.peer, x.msgid, src, x.want)
-            self.direct.append(x)
+            self._to_direct(x, x.region.send_from(x.peer, x.msgid, src, x.want))
             return
         if x.bufs is None:  # device memory: the staging pipeline
             x.got = 0
@@ -1193,6 +1188,15 @@ class Engine:
             del self.pulls[(x.peer, x.msgid)]
             x.state = P.step(P.RECV, x.state, "direct_done")
         self._finish(x)
+
+    def _to_direct(self, x: Xfer, pend) -> None:
+        """``x``'s bytes move through a direct region; ``pend.test()`` says when they are done
+        on this side (``_SLOTTED``: its MPI request is in the next slot of :attr:`mslots`)."""
+        x.pend = pend
+        if pend is _SLOTTED:
+            self.mslots.take(x)
+            self.nslotted += 1
+        self.direct.append(x)
 
     def _undirect(self, x: Xfer) -> None:
         """``x`` left ``direct``: its transfer is over (or given up)."""
