@@ -162,9 +162,12 @@ class Arrival:
 
 
 class _Got:
-    """A receive the compiled fast path completed (what :meth:`Engine.recv` callers read of an Xfer)."""
+    """A receive the compiled fast path completed (what :meth:`Engine.recv` callers, and a
+    request of an ``Irecv`` complete when posted, read of an Xfer)."""
 
     __slots__ = ("st_source", "st_tag", "st_nbytes", "msig")
+    kind = RECV
+    on_done = None
     done = True
     err = SUCCESS
     errmsg = None
@@ -470,8 +473,8 @@ class Engine:
     # --- receives posted by Irecv's fast path ------------------------------------------------
     def recv_lazy(self, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int, spec):
         """``Irecv``'s fast path into a whole contiguous NumPy array (``spec``, ``cap`` bytes at
-        ``addr``): a completed receive when the message it matches first is an eager one that
-        is here (one compiled look, :meth:`_look`), else a receive posted *lazily*: queued
+        ``addr``): a completed receive (only its status, :class:`_Got`) when the message it
+        matches first is an eager one that is here (one compiled look, :meth:`_look_for`), else a receive posted *lazily*: queued
         here, outside the matcher, and completed by the compiled look of each progress pass
         while frames come in the order the receives were posted (:meth:`_drain`).  Before
         anything else matches, probes, cancels or fails receives, the lazy ones are given to
@@ -479,8 +482,10 @@ class Engine:
         caller posts the receive through :meth:`irecv` (with other threads, a failed peer,
         a receive or message already waiting on ``ctx``, room for more than an eager
         message, or not compiled yet)."""
-        if self.frecv is None or _threads() or self.failed:
-            return None
+        if self.frecv is None and not self._fast_tick() or _threads() or self.failed:
+            return None  # (a program that only posts Irecv turns the compiled path on too)
+        if self.lazy and not len(self.lazy) & 7:  # every 8th: those posted before take what came
+            self._drain()  # meanwhile, in order (the receiver keeps pace without a progress pass)
         q = self.matcher._ctx.get(ctx)
         if q is not None and (q.posted or q.unexpected):
             return None
@@ -489,17 +494,15 @@ class Engine:
             return None
         if not self.typecheck:
             sig = 0
+        rc = _EMPTY if self.lazy else self._look_for(far, wpeer, ctx, source, tag, sig, addr, cap)
+        if rc == _GOT:  # complete at once: no operation to keep, only its status
+            return _Got(*self.fout.tolist())
         x = Xfer(RECV)
         x.sig, x.addr, x.cap, x.ctx, x.src, x.wpeer, x.tag, x.call = sig, addr, cap, ctx, source, wpeer, tag, "Irecv"
         x.result = far
-        if not self.lazy:
-            rc = self._look(x)
-            if rc == _GOT:
-                self._got(x)
-                return x
-            if rc == _PENDING:
-                self._pending(x)
-                return x
+        if rc == _PENDING:
+            self._pending(x)
+            return x
         x.mem = spec  # the buffer spec until posted (_post_lazy parses it)
         self.lazy.append(x)
         return x
@@ -548,17 +551,21 @@ class Engine:
         fastring's results (GOT: the result array holds its status), or, from another node, a
         message pushed ahead whose bytes are still coming (PENDING: their MPI request is in
         the next free slot of :attr:`mslots`; see :meth:`_pending`)."""
-        if x.result:
+        return self._look_for(x.result, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap)
+
+    def _look_for(self, far: bool, wpeer: int, ctx: int, src: int, tag: int, sig: int, addr: int, cap: int) -> int:
+        """:meth:`_look` of a receive given by its fields (``far``: another node may send it)."""
+        if far:
             mr = self.mrecv
             if mr is None:
                 return _OTHER
             slot = self.mslots.next_address()  # 0: no free slot, a pushed message is the engine's
-            rc = mr(self.mtab_a, self.ftab_a, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, -2 if slot else -1,
+            rc = mr(self.mtab_a, self.ftab_a, wpeer, ctx, src, tag, sig, addr, cap, -2 if slot else -1,
                     self.epoch, self.fout_a, slot)
             if rc < 0:
                 raise _mpi_failed("MPI_Request_get_status, MPI_Test, MPI_Start or MPI_Irecv of a receive")
             return rc
-        return self.frecv(self.ftab, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, 1, self.epoch, self.fout)
+        return self.frecv(self.ftab, wpeer, ctx, src, tag, sig, addr, cap, 1, self.epoch, self.fout)
 
     def _got(self, x: Xfer) -> None:
         """Complete receive ``x`` that a look took (its status in the result array)."""

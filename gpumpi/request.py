@@ -66,6 +66,22 @@ def _check_statuses(statuses, call: str) -> None:
 _NULL_H = 0x2C000000
 
 
+def _all_done(xs: list):
+    """A predicate: whether every operation of ``xs`` is done.  Each pass of a wait looks on
+    from the first one not done before (once done, an operation stays done), so a window of
+    ``n`` requests costs ``n`` looks in all, not ``n`` per pass."""
+    n = len(xs)
+    i = 0
+
+    def done() -> bool:
+        nonlocal i
+        while i < n and xs[i].done:
+            i += 1
+        return i == n
+
+    return done
+
+
 class Request(Handle):
     """Request handle (MPI_Request)."""
 
@@ -91,8 +107,7 @@ class Request(Handle):
     def _of(cls, x, comm=None, post=None, keep=None) -> "Request":
         r = cls.__new__(cls)
         r._x, r._comm, r._post, r._keep, r._value = x, comm, post, keep, None
-        r._h = cls._htable.new()
-        return r
+        return r  # its handle value is given on first use (_hown)
 
     # --- handle: one per operation; a completed (or freed) request is REQUEST_NULL
     def _hown(self) -> int:
@@ -296,7 +311,7 @@ class Request(Handle):
         eng = _engine()
         pend = [x for x in xs if x is not None and not x.done]
         if pend:
-            eng.wait_until(lambda: all(x.done for x in pend))
+            eng.wait_until(_all_done(pend))
         _complete_many(requests, reqs, range(len(reqs)), statuses)
         return True
 

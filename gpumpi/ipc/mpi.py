@@ -406,7 +406,7 @@ class DataSlots:
     handles in one array, each slot owned by the operation whose bytes it carries, all
     tested by one ``MPI_Testsome`` per progress pass (:meth:`done`)."""
 
-    __slots__ = ("h", "base", "hw", "free", "owner", "_fn", "_cnt", "_idx", "_st", "_undef")
+    __slots__ = ("h", "base", "hw", "free", "owner", "_fn", "_args", "_cnt", "_idx", "_st", "_undef")
 
     def __init__(self, lib, hty, null: int, status_bytes: int, undefined: int) -> None:
         import numpy as np
@@ -422,6 +422,9 @@ class DataSlots:
         self._idx = np.zeros(NSLOT, dtype=np.int32)
         self._st = ctypes.create_string_buffer(NSLOT * max(status_bytes, 8))
         self._undef = undefined
+        # MPI_Testsome's arguments, built once (the arrays never move)
+        self._args = (NSLOT, ctypes.c_void_p(self.base), ctypes.byref(self._cnt),
+                      ctypes.c_void_p(self._idx.ctypes.data), self._st)
 
     def next_address(self) -> int:
         """The address of the handle the next :meth:`take` gives (0: every slot is taken)."""
@@ -434,14 +437,13 @@ class DataSlots:
 
     def done(self) -> list:
         """The operations whose data messages completed since the last call (their slots free)."""
-        fn = self._fn
-        cnt = self._cnt
-        if fn(NSLOT, ctypes.c_void_p(self.base), ctypes.byref(cnt), ctypes.c_void_p(self._idx.ctypes.data),
-              self._st) != 0:
+        if not self.owner:
+            return []
+        if self._fn(*self._args) != 0:
             from ..errors import ERR_OTHER, error
 
             raise error(ERR_OTHER, "gpumpi: MPI_Testsome of pushed messages' data failed in the MPI library")
-        k = cnt.value
+        k = self._cnt.value
         if k <= 0 or k == self._undef:
             return []
         owner, free = self.owner, self.free
