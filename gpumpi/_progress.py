@@ -162,12 +162,9 @@ class Arrival:
 
 
 class _Got:
-    """A receive the compiled fast path completed (what :meth:`Engine.recv` callers, and a
-    request of an ``Irecv`` complete when posted, read of an Xfer)."""
+    """A receive the compiled fast path completed (what :meth:`Engine.recv` callers read of an Xfer)."""
 
     __slots__ = ("st_source", "st_tag", "st_nbytes", "msig")
-    kind = RECV
-    on_done = None
     done = True
     err = SUCCESS
     errmsg = None
@@ -473,8 +470,8 @@ class Engine:
     # --- receives posted by Irecv's fast path ------------------------------------------------
     def recv_lazy(self, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int, spec):
         """``Irecv``'s fast path into a whole contiguous NumPy array (``spec``, ``cap`` bytes at
-        ``addr``): a completed receive (only its status, :class:`_Got`) when the message it
-        matches first is an eager one that is here (one compiled look, :meth:`_look_for`), else a receive posted *lazily*: queued
+        ``addr``): a completed receive when the message it matches first is an eager one that
+        is here (one compiled look, :meth:`_look`), else a receive posted *lazily*: queued
         here, outside the matcher, and completed by the compiled look of each progress pass
         while frames come in the order the receives were posted (:meth:`_drain`).  Before
         anything else matches, probes, cancels or fails receives, the lazy ones are given to
@@ -484,8 +481,6 @@ class Engine:
         message, or not compiled yet)."""
         if self.frecv is None and not self._fast_tick() or _threads() or self.failed:
             return None  # (a program that only posts Irecv turns the compiled path on too)
-        if self.lazy and not len(self.lazy) & 7:  # every 8th: those posted before take what came
-            self._drain()  # meanwhile, in order (the receiver keeps pace without a progress pass)
         q = self.matcher._ctx.get(ctx)
         if q is not None and (q.posted or q.unexpected):
             return None
@@ -494,15 +489,17 @@ class Engine:
             return None
         if not self.typecheck:
             sig = 0
-        rc = _EMPTY if self.lazy else self._look_for(far, wpeer, ctx, source, tag, sig, addr, cap)
-        if rc == _GOT:  # complete at once: no operation to keep, only its status
-            return _Got(*self.fout.tolist())
         x = Xfer(RECV)
         x.sig, x.addr, x.cap, x.ctx, x.src, x.wpeer, x.tag, x.call = sig, addr, cap, ctx, source, wpeer, tag, "Irecv"
         x.result = far
-        if rc == _PENDING:
-            self._pending(x)
-            return x
+        if not self.lazy:
+            rc = self._look(x)
+            if rc == _GOT:
+                self._got(x)
+                return x
+            if rc == _PENDING:
+                self._pending(x)
+                return x
         x.mem = spec  # the buffer spec until posted (_post_lazy parses it)
         self.lazy.append(x)
         return x
