@@ -548,21 +548,17 @@ class Engine:
         fastring's results (GOT: the result array holds its status), or, from another node, a
         message pushed ahead whose bytes are still coming (PENDING: their MPI request is in
         the next free slot of :attr:`mslots`; see :meth:`_pending`)."""
-        return self._look_for(x.result, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap)
-
-    def _look_for(self, far: bool, wpeer: int, ctx: int, src: int, tag: int, sig: int, addr: int, cap: int) -> int:
-        """:meth:`_look` of a receive given by its fields (``far``: another node may send it)."""
-        if far:
+        if x.result:
             mr = self.mrecv
             if mr is None:
                 return _OTHER
             slot = self.mslots.next_address()  # 0: no free slot, a pushed message is the engine's
-            rc = mr(self.mtab_a, self.ftab_a, wpeer, ctx, src, tag, sig, addr, cap, -2 if slot else -1,
+            rc = mr(self.mtab_a, self.ftab_a, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, -2 if slot else -1,
                     self.epoch, self.fout_a, slot)
             if rc < 0:
                 raise _mpi_failed("MPI_Request_get_status, MPI_Test, MPI_Start or MPI_Irecv of a receive")
             return rc
-        return self.frecv(self.ftab, wpeer, ctx, src, tag, sig, addr, cap, 1, self.epoch, self.fout)
+        return self.frecv(self.ftab, x.wpeer, x.ctx, x.src, x.tag, x.sig, x.addr, x.cap, 1, self.epoch, self.fout)
 
     def _got(self, x: Xfer) -> None:
         """Complete receive ``x`` that a look took (its status in the result array)."""
@@ -1172,7 +1168,6 @@ class Engine:
             for x in slots.done():
                 if x.pend is _SLOTTED:  # else failed meanwhile (its peer, or at Finalize)
                     n += 1
-                    direct.remove(x)
                     self._direct_done(x)
             if len(direct) == self.nslotted:
                 return n
@@ -1180,7 +1175,6 @@ class Engine:
             if not x.pend.test():
                 continue
             n += 1
-            direct.remove(x)
             self._direct_done(x)
         return n
 
@@ -1203,7 +1197,8 @@ class Engine:
         self.direct.append(x)
 
     def _undirect(self, x: Xfer) -> None:
-        """``x`` left ``direct``: its transfer is over (or given up)."""
+        """Take ``x`` out of ``direct``: its transfer is over (or given up)."""
+        self.direct.remove(x)
         if x.pend is _SLOTTED:
             self.nslotted -= 1
         x.pend = None
@@ -1412,7 +1407,6 @@ class Engine:
                 self._fail(x, ERR_PROC_FAILED, f"{x.call}: peer process failed (rank {x.peer})")
         for x in list(self.direct):
             if x.peer in new:
-                self.direct.remove(x)
                 self._undirect(x)
                 if x.kind == RECV:
                     self.pulls.pop((x.peer, x.msgid), None)
@@ -1475,7 +1469,6 @@ class Engine:
             if states[key[0]] >= FINALIZED:
                 del self.pulls[key]
                 if x in self.direct:
-                    self.direct.remove(x)
                     self._undirect(x)
                 self._fail(x, ERR_OTHER, f"{x.call}: rank {key[0]} finalized before its message arrived")
         idle = self.tr.idle()

@@ -930,7 +930,7 @@ class Comm(Handle):
         eng = _rt.ENGINE
         with eng.lock:
             if eng.lazy:
-                eng.unlazy()  # receives posted lazily come first
+                eng._unlazy()  # receives posted lazily come first
             if not eng.quiet():
                 eng.progress()
             a = (eng.matcher.take if take else eng.matcher.probe)(self._ctx, source, tag)
