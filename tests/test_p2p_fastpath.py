@@ -335,11 +335,12 @@ def _irecv_only():
     eng = rt.ENGINE
     win, rounds = 32, 12  # 384 receives: the compiled path starts after 256 eligible calls (auto)
     c.Barrier()
-    if r == 0:
+    if r != 1:  # rank 0 sends; ranks 2 and 3 only join the Barriers
         for k in range(rounds):
-            MPI.Request.Waitall([c.Isend(np.full(3, k * 100 + j, "i8"), 1, 7) for j in range(win)])
+            if r == 0:
+                MPI.Request.Waitall([c.Isend(np.full(3, k * 100 + j, "i8"), 1, 7) for j in range(win)])
             c.Barrier()
-        return "sent"
+        return "sent" if r == 0 else "idle"
     general = _count_general_receives(eng)
     for k in range(rounds):
         bufs = [np.full(3, -1, "i8") for _ in range(win)]
@@ -358,6 +359,8 @@ def _irecv_only():
     return "received"
 
 
-def test_irecv_alone_turns_the_fast_path_on():
+@pytest.mark.parametrize("n", [k for k in WORLD_SIZES if k >= 2])
+def test_irecv_alone_turns_the_fast_path_on(n):
     """A rank that only posts Irecv (no Send or Recv of its own) gets the compiled path too."""
-    assert run_ranks(_irecv_only, 2, timeout=60, env={"GPUMPI_FASTPATH": "auto"}) == ["sent", "received"]
+    assert run_ranks(_irecv_only, n, timeout=60, env={"GPUMPI_FASTPATH": "auto"}) == \
+        ["sent", "received"] + ["idle"] * (n - 2)
