@@ -155,7 +155,7 @@ class Window(_rma.Window):
                 w.Set_errhandler(M.ERRORS_RETURN)
             np.frombuffer(self.cw.tomemory(), np.int64)[:] = 0
             for w in (self.cw, self.dw):
-                w.Lock_all(MODE_NOCHECK)
+                w.Lock_all(M.MODE_NOCHECK)  # the library's value (gpumpi's is MPICH's: Open MPI's is 1)
                 self.opened.append(w)
             self.cw.Sync()
         except M.Exception as exc:
