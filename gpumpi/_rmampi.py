@@ -49,6 +49,8 @@ complex, ``long double``, pair types) take the target's *accumulate lock* and re
 write under it, and every origin takes that way for that type.  ``Compare_and_swap`` is MPI's
 for elements of 1, 2, 4 or 8 bytes, as the integer type of that size (the one an
 ``Fetch_and_op`` of that type uses, so the two are atomic with respect to each other).
+Under Open MPI, whose osc/rdma leaves the target unchanged for ``LAND``/``LOR``/``LXOR`` of
+integers wider than a byte, those three go element by element by ``Compare_and_swap``.
 
 Device memory: with a CUDA-aware MPI library (``gpumpi.ipc.mpi.cuda_aware``) the device memory
 is the data window's memory; otherwise a window across nodes over device memory is refused, on
@@ -76,6 +78,7 @@ _LOCK, _ACC, _SEQ, _NATT, _TAB = 0, 1, 2, 3, 4
 _WORDS = _TAB + 2 * ATTACH_MAX
 #: tags of the active target handshakes on the window's private communicator
 _POST, _COMPLETE = 1, 2
+_LOGICAL = frozenset(("LAND", "LOR", "LXOR"))
 #: Create_group's tag for the windows' MPI communicators
 _GROUP_TAG = 0x6d77
 
@@ -103,6 +106,7 @@ class Window(_rma.Window):
         self.freed = False
         self.near: dict = {}  # never filled: no target's memory is reached but through MPI
         self.M = self.mc = self.dw = self.cw = None
+        self.logical_by_cas = False
         self.opened: list = []  # the MPI windows whose Lock_all epoch is open (closed at free)
         self._one = np.zeros(1, np.int64)
         self._two = np.zeros(1, np.int64)
@@ -118,6 +122,10 @@ class Window(_rma.Window):
         world = _rt.ENGINE.world
         M, wcomm = world.mpi
         self.M = M
+        # Open MPI 5.0's osc/rdma leaves the target unchanged for LAND, LOR and LXOR of integers
+        # wider than a byte (Accumulate, Get_accumulate, Fetch_and_op; 5.0.11 from pip): those
+        # go by compare-and-swap there (_logical_by_cas)
+        self.logical_by_cas = M.Get_library_version().startswith("Open MPI")
         descs = self.comm.allgather(local)
         aware = _mpi.cuda_aware(M, world.cfg.mpi_cuda)
         dev = [r for r, d in enumerate(descs) if d[0] == "dev"]
@@ -453,6 +461,8 @@ class Window(_rma.Window):
             return self._locked_accumulate(g, addr, plan, red, packed, op_name, fetch, call)
         unit = dtype.itemsize
         vals = np.ascontiguousarray(packed[:n])
+        if self.logical_by_cas and unit > 1 and op_name in _LOGICAL:
+            return self._logical_by_cas(g, addr, plan, dtype, T, vals.view(dtype), op_name, fetch, call)
         k = n // unit
         op = getattr(M, op_name)
         disp, count, D, free = self._target_type(plan, n, addr, T, unit)
@@ -473,6 +483,39 @@ class Window(_rma.Window):
         finally:
             if free is not None:
                 free.Free()
+
+    def _logical_by_cas(self, g, addr: int, plan, dtype, T, vals: np.ndarray, op_name: str, fetch: bool, call: str):
+        """``LAND``/``LOR``/``LXOR`` of integers wider than a byte where the library's accumulate
+        leaves the target as it was (Open MPI 5.0's osc/rdma: see ``logical_by_cas``): element by
+        element, in order, an atomic read (``Fetch_and_op`` of ``NO_OP``), then
+        ``Compare_and_swap`` of the result, again until no other origin wrote in between --
+        atomic with respect to MPI's accumulates of the same type, as ``Compare_and_swap`` is."""
+        M = self.M
+        unit = dtype.itemsize
+        if plan.kind == "contig":
+            offs = plan.lo + unit * np.arange(len(vals), dtype=np.int64)
+        else:
+            offs = plan.byte_index(len(vals) * unit)[::unit].astype(np.int64) + plan.lo
+        fn = {"LAND": np.logical_and, "LOR": np.logical_or, "LXOR": np.logical_xor}[op_name]
+        old = np.empty(len(vals), dtype) if fetch else None
+        cur, new, seen = (np.zeros(1, dtype) for _ in range(3))
+        try:
+            for i, off in enumerate(offs.tolist()):  # in order: an offset may repeat
+                disp = addr + off
+                self.dw.Fetch_and_op([new, 1, T], [cur, 1, T], g.rank, disp, M.NO_OP)
+                self.dw.Flush_local(g.rank)
+                while True:
+                    new[0] = fn(cur[0], vals[i])
+                    self.dw.Compare_and_swap([new, 1, T], [cur, 1, T], [seen, 1, T], g.rank, disp)
+                    self.dw.Flush_local(g.rank)
+                    if seen[0] == cur[0]:
+                        break
+                    cur[0] = seen[0]
+                if fetch:
+                    old[i] = cur[0]
+        except M.Exception as exc:
+            raise self._failed(exc, call) from None
+        return old.view(_U8) if fetch else None
 
     def compare_and_swap(self, g, addr: int, dtype, origin: np.ndarray, compare: np.ndarray, call: str):
         M = self.M

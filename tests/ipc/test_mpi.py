@@ -656,6 +656,62 @@ def test_complex_accumulates_across_nodes_are_exact():
     assert run_mpiexec(_complex_accumulate, 4, nodes=2, timeout=100) == [True] * 4
 
 
+def _logical_accumulates_by_cas():
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    out = []
+    for dt, T in ((np.int32, MPI.INT32_T), (np.int64, MPI.INT64_T)):
+        w = MPI.Win.Allocate(24 * np.dtype(dt).itemsize, np.dtype(dt).itemsize, comm=c)
+        impl = w._st.rt
+        assert impl.far
+        impl.logical_by_cas = True  # Open MPI's way (its osc/rdma ignores these ops), on MPICH too
+        took = []
+        by_cas = impl._logical_by_cas
+        impl._logical_by_cas = lambda *a, **k: took.append(a[6]) or by_cas(*a, **k)
+        mem = np.frombuffer(w.tomemory(), dt)
+        start = np.arange(-4, 20, dtype=dt) % 5 - 2  # zeros and non-zeros of both signs
+        mem[:] = start
+        c.Barrier()
+        vals = [np.array([(q + j) % 3 for j in range(8)], dt) for q in range(n)]  # every origin's
+        vec = T.Create_vector(4, 1, 2).Commit()  # LOR: every other element of its section
+        w.Lock_all()  # every origin at once on rank 0's three sections
+        w.Accumulate([vals[r], T], 0, [0, 8, T], MPI.LAND)
+        w.Accumulate([vals[r][:4], T], 0, [8, 1, vec], MPI.LOR)
+        for j in range(8):
+            w.Fetch_and_op([vals[r][j:j + 1], T], [np.zeros(1, dt), T], 0, 16 + j, MPI.LXOR)
+        w.Unlock_all()
+        vec.Free()
+        c.Barrier()
+        model = start.copy()
+        for q in range(n):  # the three operations are commutative: any order gives this
+            model[0:8] = np.logical_and(model[0:8], vals[q])
+            model[8:16:2] = np.logical_or(model[8:16:2], vals[q][:4])
+            model[16:24] = np.logical_xor(model[16:24], vals[q])
+        ok = r != 0 or np.array_equal(mem, model)
+        c.Barrier()
+        if r == 1:  # Get_accumulate returns what it found
+            old = np.zeros(8, dt)
+            w.Lock(0)
+            w.Get_accumulate([np.ones(8, dt), T], [old, T], 0, [0, 8, T], MPI.LAND)
+            w.Unlock(0)
+            ok = ok and np.array_equal(old, model[0:8])
+        c.Barrier()
+        if r == 0:
+            ok = ok and np.array_equal(mem[0:8], np.logical_and(model[0:8], 1))
+        ok = ok and took.count("LAND") == (2 if r == 1 else 1) and took.count("LOR") == 1 and took.count("LXOR") == 8
+        w.Free()
+        out.append(bool(ok))
+    return out
+
+
+def test_logical_accumulates_by_compare_and_swap_across_nodes():
+    """LAND, LOR, LXOR of 4- and 8-byte integers the way gpumpi takes them under Open MPI (whose
+    osc/rdma leaves the target unchanged): concurrent origins, strided targets, fetched values."""
+    assert run_mpiexec(_logical_accumulates_by_cas, 4, nodes=2, timeout=100) == [[True, True]] * 4
+
+
 def _device_window_across_nodes():
     from gpumpi import MPI
 
