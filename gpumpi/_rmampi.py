@@ -79,6 +79,27 @@ _WORDS = _TAB + 2 * ATTACH_MAX
 #: tags of the active target handshakes on the window's private communicator
 _POST, _COMPLETE = 1, 2
 _LOGICAL = frozenset(("LAND", "LOR", "LXOR"))
+_CLASSES: dict = {}
+
+
+def library_class(M, cls: int) -> int:
+    """gpumpi's error class (MPICH's numbers) of the MPI library's error class ``cls``, by its
+    name (Open MPI numbers them otherwise: ``MPI_ERR_GROUP`` is 9 there, 8 in MPICH);
+    ``ERR_OTHER`` for a class gpumpi does not name."""
+    table = _CLASSES.get(id(M))
+    if table is None:
+        from . import errors
+
+        table = {}
+        for name in dir(errors):
+            mine = getattr(errors, name)
+            if name.startswith("ERR_") and name != "ERR_LASTCODE" and type(mine) is int:
+                theirs = getattr(M, name, None)
+                if type(theirs) is int:
+                    table.setdefault(theirs, mine)
+        table[getattr(M, "SUCCESS", 0)] = ERR_OTHER  # an exception is a failure
+        _CLASSES[id(M)] = table
+    return table.get(cls, ERR_OTHER)
 #: Create_group's tag for the windows' MPI communicators
 _GROUP_TAG = 0x6d77
 
@@ -195,10 +216,10 @@ class Window(_rma.Window):
     def _failed(self, exc, call: str):
         """gpumpi's exception for an error the MPI library reported."""
         try:
-            cls = exc.Get_error_class()
+            cls = library_class(self.M, exc.Get_error_class())
         except Exception:  # noqa: BLE001 -- not an MPI exception after all
             cls = ERR_OTHER
-        return error(cls if 0 < cls < 100 else ERR_OTHER, f"{call}: the MPI library failed: {exc}")
+        return error(cls, f"{call}: the MPI library failed: {exc}")
 
     # -- control words (int64, in the control window) ----------------------------------------
     def _word(self, target: int, idx: int, value: int, op) -> int:

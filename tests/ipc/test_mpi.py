@@ -839,3 +839,27 @@ def test_launcher_detection_and_settings_are_checked():
     with pytest.raises(ValueError, match="GPUMPI_MPI_CUDA must be auto, 1 or 0"):
         _config._read({"GPUMPI_MPI_CUDA": "maybe"})
     assert _config._read({"GPUMPI_MPI_CUDA": "on"}).mpi_cuda == "1"
+
+
+def test_the_mpi_librarys_error_classes_are_taken_by_name():
+    """An error the MPI library reports (windows across nodes) keeps its class under gpumpi's
+    numbers (MPICH's) whatever the library's: Open MPI 5.0.11's values, as its mpi4py has them."""
+    from types import SimpleNamespace
+
+    from gpumpi import _rmampi, errors
+
+    ompi = SimpleNamespace(SUCCESS=0, ERR_GROUP=9, ERR_TRUNCATE=15, ERR_ARG=13, ERR_OTHER=16, ERR_RMA_RANGE=68,
+                           ERR_RMA_ATTACH=69, ERR_WIN=53, ERR_ASSERT=22, ERR_RANK=6)
+    got = {name: _rmampi.library_class(ompi, value) for name, value in vars(ompi).items()}
+    assert got == {"SUCCESS": errors.ERR_OTHER, "ERR_GROUP": 8, "ERR_TRUNCATE": 14, "ERR_ARG": 12, "ERR_OTHER": 15,
+                   "ERR_RMA_RANGE": 55, "ERR_RMA_ATTACH": 56, "ERR_WIN": 45, "ERR_ASSERT": 53, "ERR_RANK": 6}
+    assert _rmampi.library_class(ompi, 1234) == errors.ERR_OTHER  # a class gpumpi does not name
+    w = _rmampi.Window.__new__(_rmampi.Window)
+    w.M = ompi
+
+    class Failed(Exception):
+        def Get_error_class(self):
+            return 53  # Open MPI's MPI_ERR_WIN
+
+    e = w._failed(Failed("MPI_ERR_WIN: invalid window"), "Win.Create")
+    assert e.Get_error_class() == errors.ERR_WIN and "Win.Create: the MPI library failed" in str(e)
