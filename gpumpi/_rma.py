@@ -120,6 +120,14 @@ class Region:
                 f"{' atomic' if self.atomic else ''}>")
 
 
+def _elements(plan, nbytes: int, unit: int) -> np.ndarray:
+    """The int64 byte offsets, from the type origin, of the elements of ``unit`` bytes that a
+    plan's first ``nbytes`` packed bytes hold, in packed order."""
+    if plan.kind == "contig":
+        return np.arange(plan.lo, plan.lo + nbytes, unit, dtype=np.int64)
+    return plan.byte_index(nbytes)[::unit].astype(np.int64) + plan.lo
+
+
 def _runs(plan, nbytes: int):
     """``(offsets, lengths)`` int64 arrays of the contiguous byte runs of a plan's first ``nbytes``
     packed bytes, offsets from the type origin, in packed order."""
@@ -632,10 +640,7 @@ class Window:
         A = _atomics()
         if (g.atomic or g.mode == "device") and dtype is not None and A.supported(op_name, dtype):
             unit = dtype.itemsize
-            if plan.kind == "contig":
-                offs = np.arange(plan.lo, plan.lo + n, unit, dtype=np.int64)
-            else:
-                offs = plan.byte_index(n)[::unit].astype(np.int64) + plan.lo
+            offs = _elements(plan, n, unit)
             vals = np.ascontiguousarray(packed[:n]).view(dtype)
             if g.mode != "device" and ((addr + plan.lo) % unit if plan.kind == "contig" else True):
                 mis = ((addr + offs) % unit) != 0  # contiguous: all or none, by the first

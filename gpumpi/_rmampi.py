@@ -78,7 +78,10 @@ _LOCK, _ACC, _SEQ, _NATT, _TAB = 0, 1, 2, 3, 4
 _WORDS = _TAB + 2 * ATTACH_MAX
 #: tags of the active target handshakes on the window's private communicator
 _POST, _COMPLETE = 1, 2
-_LOGICAL = frozenset(("LAND", "LOR", "LXOR"))
+#: Create_group's tag for the windows' MPI communicators
+_GROUP_TAG = 0x6d77
+#: the logical reductions Open MPI's accumulates leave undone (Window._logical_by_cas)
+_LOGICAL = {"LAND": np.logical_and, "LOR": np.logical_or, "LXOR": np.logical_xor}
 _CLASSES: dict = {}
 
 
@@ -100,8 +103,6 @@ def library_class(M, cls: int) -> int:
         table[getattr(M, "SUCCESS", 0)] = ERR_OTHER  # an exception is a failure
         _CLASSES[id(M)] = table
     return table.get(cls, ERR_OTHER)
-#: Create_group's tag for the windows' MPI communicators
-_GROUP_TAG = 0x6d77
 
 
 class Window(_rma.Window):
@@ -432,7 +433,7 @@ class Window(_rma.Window):
             lo = int(offs.min())
             D = T.Create_hindexed(lens.tolist(), (offs - lo).tolist()).Commit()
         else:
-            offs = plan.byte_index(nbytes)[::unit].astype(np.int64) + plan.lo
+            offs = _rma._elements(plan, nbytes, unit)
             lo = int(offs.min())
             D = T.Create_hindexed_block(1, (offs - lo).tolist()).Commit()
         return addr + lo, 1, D, D
@@ -483,7 +484,8 @@ class Window(_rma.Window):
         unit = dtype.itemsize
         vals = np.ascontiguousarray(packed[:n])
         if self.logical_by_cas and unit > 1 and op_name in _LOGICAL:
-            return self._logical_by_cas(g, addr, plan, dtype, T, vals.view(dtype), op_name, fetch, call)
+            return self._logical_by_cas(g, addr, _rma._elements(plan, n, unit), T, vals.view(dtype), op_name, fetch,
+                                        call)
         k = n // unit
         op = getattr(M, op_name)
         disp, count, D, free = self._target_type(plan, n, addr, T, unit)
@@ -505,21 +507,17 @@ class Window(_rma.Window):
             if free is not None:
                 free.Free()
 
-    def _logical_by_cas(self, g, addr: int, plan, dtype, T, vals: np.ndarray, op_name: str, fetch: bool, call: str):
+    def _logical_by_cas(self, g, addr: int, offs: np.ndarray, T, vals: np.ndarray, op_name: str, fetch: bool,
+                        call: str):
         """``LAND``/``LOR``/``LXOR`` of integers wider than a byte where the library's accumulate
-        leaves the target as it was (Open MPI 5.0's osc/rdma: see ``logical_by_cas``): element by
-        element, in order, an atomic read (``Fetch_and_op`` of ``NO_OP``), then
+        leaves the target as it was (Open MPI 5.0's osc/rdma: see ``logical_by_cas``): at each
+        element offset ``offs`` (from ``addr``), in order, an atomic read (``Fetch_and_op`` of ``NO_OP``), then
         ``Compare_and_swap`` of the result, again until no other origin wrote in between --
         atomic with respect to MPI's accumulates of the same type, as ``Compare_and_swap`` is."""
         M = self.M
-        unit = dtype.itemsize
-        if plan.kind == "contig":
-            offs = plan.lo + unit * np.arange(len(vals), dtype=np.int64)
-        else:
-            offs = plan.byte_index(len(vals) * unit)[::unit].astype(np.int64) + plan.lo
-        fn = {"LAND": np.logical_and, "LOR": np.logical_or, "LXOR": np.logical_xor}[op_name]
-        old = np.empty(len(vals), dtype) if fetch else None
-        cur, new, seen = (np.zeros(1, dtype) for _ in range(3))
+        fn = _LOGICAL[op_name]
+        old = np.empty_like(vals) if fetch else None
+        cur, new, seen = (np.zeros(1, vals.dtype) for _ in range(3))
         try:
             for i, off in enumerate(offs.tolist()):  # in order: an offset may repeat
                 disp = addr + off

@@ -669,7 +669,7 @@ def _logical_accumulates_by_cas():
         impl.logical_by_cas = True  # Open MPI's way (its osc/rdma ignores these ops), on MPICH too
         took = []
         by_cas = impl._logical_by_cas
-        impl._logical_by_cas = lambda *a, **k: took.append(a[6]) or by_cas(*a, **k)
+        impl._logical_by_cas = lambda *a, **k: took.append(a[5]) or by_cas(*a, **k)
         mem = np.frombuffer(w.tomemory(), dt)
         start = np.arange(-4, 20, dtype=dt) % 5 - 2  # zeros and non-zeros of both signs
         mem[:] = start
