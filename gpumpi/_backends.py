@@ -38,7 +38,7 @@ per type, both read from here once per type.
 
 from __future__ import annotations
 
-__all__ = ["Backend", "BACKENDS", "NUMPY", "GENERIC", "by_module", "device_kind", "register_converter"]
+__all__ = ["Backend", "BACKENDS", "NUMPY", "GENERIC", "by_module", "device_empty", "device_kind", "register_converter"]
 
 
 class Backend:
@@ -180,3 +180,29 @@ def register_converter(module: str, loader) -> None:
         be = Backend(old.name, (module,), loader, old.is_device, old.contiguous, old.empty, old.to_host,
                      old.from_host)
     _BY_MODULE[module] = be
+
+
+def device_empty(shape, dtype, call: str, *, zeros: bool = False, kind: str | None = None):
+    """A new C-ordered device array: the one place gpumpi allocates device memory of its own
+    (Global Arrays, windows, benchmarks).
+
+    ``kind`` ``"sim"`` makes a :class:`gpumpi.testing.SimDeviceArray`, ``"cupy"`` a CuPy array on
+    the current device; None picks what this process's device mode gives (the simulated device
+    under ``GPUMPI_DEVICE=sim`` or with no CUDA driver, else CuPy).  ``zeros``: filled with zeros.
+    Raises ``NotImplementedError`` naming ``call`` when CuPy is needed and not installed.
+    """
+    if kind is None:
+        from . import _device
+
+        kind = "sim" if _device.device_mode() == "sim" or _device.cuda_driver() is None else "cupy"
+    if kind == "sim":
+        from ._device.simarray import SimDeviceArray
+
+        return (SimDeviceArray.zeros if zeros else SimDeviceArray.empty)(shape, dtype)
+    if kind != "cupy":
+        raise ValueError(f"{call}: not a device array kind ({kind!r}; expected 'sim' or 'cupy')")
+    try:
+        import cupy
+    except ImportError:
+        raise NotImplementedError(f"{call}: device memory needs CuPy (pip install gpumpi[cuda])") from None
+    return (cupy.zeros if zeros else cupy.empty)(shape, dtype)

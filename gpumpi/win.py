@@ -1285,17 +1285,9 @@ def _bytes_of(a):
 
 
 def _device_array(n: int, call: str):
-    from . import _device
+    from ._backends import device_empty
 
-    if _device.device_mode() == "sim" or _device.cuda_driver() is None:  # the simulated device
-        from ._device.simarray import SimDeviceArray
-
-        return SimDeviceArray.zeros(n, np.uint8)
-    try:
-        import cupy
-    except ImportError:
-        raise NotImplementedError(f"{call}: device windows need CuPy (pip install gpumpi[cuda])") from None
-    return cupy.zeros(n, cupy.uint8)
+    return device_empty(n, np.uint8, call, zeros=True)
 
 
 def _self():

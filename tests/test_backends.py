@@ -1,6 +1,7 @@
 """The array-library registry (gpumpi._backends): selection by module, type or attribute, and what
 each library does in object messages and as a buffer."""
 
+import pytest
 import numpy as np
 
 from gpumpi import _arrays, _backends
@@ -94,3 +95,20 @@ def test_registry_imports_no_library():
             "bad = [m for m in ('numpy', 'cupy', 'numba') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
+
+
+def test_device_empty_is_the_one_device_allocator():
+    from gpumpi import _device
+
+    old = _device.device_mode()
+    _device.set_device_mode("sim")
+    try:
+        a = _backends.device_empty((3, 4), np.float32, "t", zeros=True)
+    finally:
+        _device.set_device_mode(old)
+    assert type(a) is SimDeviceArray and a.shape == (3, 4) and a.dtype == np.float32
+    assert (a.get() == 0).all()
+    b = _backends.device_empty(5, "u1", "t", kind="sim")
+    assert type(b) is SimDeviceArray and b.shape == (5,) and b.dtype == np.uint8
+    with pytest.raises(ValueError, match=r"t: not a device array kind \('numpy'"):
+        _backends.device_empty(5, "u1", "t", kind="numpy")

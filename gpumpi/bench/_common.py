@@ -308,13 +308,11 @@ class _DeviceMemory:
             raise BenchError(f"not a device buffer kind (--buffer {kind})")
 
     def array(self, nbytes: int):
-        if self._cupy is None:
-            from ..testing import SimDeviceArray
+        if self._cupy is None or not self.own or nbytes == 0:
+            from .._backends import device_empty
 
-            return SimDeviceArray.zeros(nbytes, "u1")
+            return device_empty(nbytes, "u1", "bench", zeros=True, kind=self.kind)
         cp = self._cupy
-        if not self.own or nbytes == 0:
-            return cp.zeros(nbytes, dtype=cp.uint8)
         addr = self.adapter.alloc(nbytes)
         self._raw.append(addr)
         mem = cp.cuda.UnownedMemory(addr, nbytes, None, self.adapter.current_device())

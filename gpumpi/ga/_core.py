@@ -1284,15 +1284,9 @@ def _new(a: _Array, shape):
 
 
 def _device_empty(shape, dt):
-    from .. import _device
+    from .._backends import device_empty
 
-    if _device.device_mode() == "sim" or _device.cuda_driver() is None:
-        from .._device.simarray import SimDeviceArray
-
-        return SimDeviceArray.empty(shape, dt)
-    import cupy
-
-    return cupy.empty(shape, dt)
+    return device_empty(shape, dt, "ga")
 
 
 def _sim_sync(buf) -> None:
