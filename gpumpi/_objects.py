@@ -52,7 +52,7 @@ def _isend_parts(bufs, n: int, parts, dest: int, world, me: int, tag: int, ctx: 
     Xfer completes when they all have, and keeps the arrays alive until then."""
     seq, arrays = parts
     wdest = world[dest]
-    xs = [_p2p.isend(_p2p._msg(a, True, dest, call), wdest, me, seq, ctx | 3, STANDARD, call)
+    xs = [_p2p.isend(_p2p.msg(a, True, dest, call), wdest, me, seq, ctx | 3, STANDARD, call)
           for a in arrays if a.nbytes]
     main = _rt.ENGINE.isend(bufs, n, wdest, me, tag, ctx, mode, call)
     j = all_of(xs + [main], arrays)
@@ -155,13 +155,13 @@ def _post_parts(pend, src: int, call: str, world, ctx: int):
             x.dynamic, x.mem, x.cap, post = True, None, 0, None
             if err is None:
                 try:
-                    m = _p2p._msg(arrays[i], False, src, call)
-                    mem, addr, post, dev = _p2p._in(m, call)
+                    m = _p2p.msg(arrays[i], False, src, call)
+                    mem, addr, post, dev = _p2p.incoming(m, call)
                 except Exception as e:  # noqa: BLE001
                     err = e
                 else:
                     x.dynamic, x.mem, x.cap, x.addr, x.dev = False, mem, len(mem), addr, dev
-                    x.sig = _p2p._sig(m.datatype)
+                    x.sig = _p2p.signature(m.datatype)
 
             def done(xx, post=post):
                 if post is not None:

@@ -44,7 +44,7 @@ from .request import Request, after
 STANDARD, SYNCHRONOUS, READY, BUFFERED = _P.STANDARD, _P.SYNCHRONOUS, _P.READY, _P.BUFFERED
 
 
-def _msg(spec, readonly: bool, rank: int, call: str):
+def msg(spec, readonly: bool, rank: int, call: str):
     m = message_simple(spec, readonly, rank, 1, call)
     if m is not None and not m.datatype._rec.committed:  # MPI: a type must be committed to communicate
         dt = m.datatype
@@ -52,14 +52,14 @@ def _msg(spec, readonly: bool, rank: int, call: str):
     return m
 
 
-def _host_mem(m, call: str):
+def host_mem(m, call: str):
     mem = m.mem
     if mem is None:
         raise NotImplementedError(f"{call}: device memory without a host mapping is not supported here ({m.kind})")
     return mem
 
 
-def _on_device(m) -> bool:
+def on_device(m) -> bool:
     return m.kind == _SIM or m.kind == _DEVICE
 
 
@@ -114,7 +114,7 @@ def _staged_span(m, ev):
     return tmp, memoryview(tmp)[:m.span]
 
 
-def _sig(dt) -> int:
+def signature(dt) -> int:
     """The datatype's signature code (``flatten.sigcode``), cached on the type."""
     code = dt._rec.cache.get("sigcode")
     return code if code is not None else _sigcode(dt)
@@ -150,7 +150,7 @@ class _DeviceBytes:
                                          "version": 3, "strides": None, "stream": None}
 
 
-def _kernels_for(m):
+def kernels_for(m):
     """gpumpi.kernels.pack when device kernels can move ``m`` here, else None (pack on the host)."""
     if m.kind == _SIM and m.nbytes > _SIM_KERNEL_MAX:
         return None
@@ -166,7 +166,7 @@ def _kernels_for(m):
         return None
 
 
-def _kernel_stream(ad, s):
+def kernel_stream(ad, s):
     """Order a kernel launch on gpumpi's copy stream ``s``: the simulator runs kernels at once, so
     the work ``s`` waits for is run first; a real launch is queued on ``s`` itself."""
     if ad.name == "sim":
@@ -178,7 +178,7 @@ def _kernel_stream(ad, s):
 def _device_pack(m, stream):
     """Pack non-contiguous device message ``m`` on the device: ``(packed message, its stream,
     release)`` or None where the kernels cannot run (the caller packs on the host)."""
-    K = _kernels_for(m)
+    K = kernels_for(m)
     if K is None:
         return None
     ad = _adapter_of(m)
@@ -190,7 +190,7 @@ def _device_pack(m, stream):
     if ev is not None:
         ad.stream_wait_event(s, ev)
     K.device_pack(_plan.plan_for(m.datatype, m.count), _DeviceBytes(m.addr + m.lo, m.span), m.lo,
-                  _DeviceBytes(tmp, n), _kernel_stream(ad, s))
+                  _DeviceBytes(tmp, n), kernel_stream(ad, s))
     if _rt.ENGINE.stream_mode == "none":  # no event will order the peer's read after the kernel
         ad.stream_synchronize(s)
     return _Packed(tmp, n, m.kind, m.datatype), s, lambda: pool.put(tmp, n)
@@ -199,21 +199,21 @@ def _device_pack(m, stream):
 def check_stream(m, stream) -> None:
     """TypeError unless ``stream`` (None, or a stream) suits the memory of message ``m`` (None:
     PROC_NULL); called while validating a call, before anything is posted."""
-    if stream is not None and m is not None and _on_device(m):
+    if stream is not None and m is not None and on_device(m):
         _adapter_of(m).check_stream(stream)
 
 
-def _out(m, call: str, stream=None):
+def outgoing(m, call: str, stream=None):
     """``(bytes, address, release)`` a send moves: the buffer itself when contiguous, else its
     elements packed into a staging array that ``release()`` returns once the send completed.
     Device memory is copied to host memory first (after the work queued on ``stream``)."""
     staged = None
-    if _on_device(m):  # device memory leaves through a host staging copy (large sends: _device_send)
+    if on_device(m):  # device memory leaves through a host staging copy (large sends: _device_send)
         staged, mem = _staged_span(m, _order_event(_adapter_of(m), m, stream))
         if m.contiguous:
             return mem, staged.ctypes.data, lambda: _pool.HOST.put(staged)
     else:
-        mem = _host_mem(m, call)
+        mem = host_mem(m, call)
         if m.contiguous:
             return mem, m.addr + m.lo, None
     n = m.nbytes
@@ -224,15 +224,15 @@ def _out(m, call: str, stream=None):
     return memoryview(tmp)[:n], tmp.ctypes.data, lambda: _pool.HOST.put(tmp)
 
 
-def _in(m, call: str, stream=None):
+def incoming(m, call: str, stream=None):
     """``(memory, address, post, device)`` a receive lands in: the buffer itself when contiguous,
     else a packed staging array that ``post(x)`` unpacks into the buffer when the receive
     completes (exactly the bytes that arrived: a short message fills only its leading
     elements).  Device buffers: a host staging array copied to the device by ``post``, unless
     the message came device to device (to ``device``, the destination address)."""
-    if _on_device(m):
+    if on_device(m):
         return _in_device(m, stream)
-    mem = _host_mem(m, call)
+    mem = host_mem(m, call)
     if m.contiguous:
         return mem, m.addr + m.lo, None, None
     tmp = _pool.HOST.get(m.nbytes)
@@ -259,7 +259,7 @@ def _in_device(m, stream):
     tmp = _pool.HOST.get(m.nbytes)
     dt, count, lo, contiguous = m.datatype, m.count, m.lo, m.contiguous
     ev = _order_event(ad, m, stream)
-    K = None if contiguous else _kernels_for(m)
+    K = None if contiguous else kernels_for(m)
     if K is not None:  # land the packed bytes in device memory, unpack there
         return _in_device_kernels(m, K, ad, tmp, ev)
 
@@ -304,7 +304,7 @@ def _in_device_kernels(m, K, ad, tmp, ev):
             if ev is not None and not x.ondev:
                 ad.stream_wait_event(s, ev)
             K.device_unpack(_plan.plan_for(m.datatype, m.count), _DeviceBytes(dtmp, n), _DeviceBytes(dst, m.span),
-                            m.lo, n, _kernel_stream(ad, s))
+                            m.lo, n, kernel_stream(ad, s))
             ad.stream_synchronize(s)
         finally:
             _pool.HOST.put(tmp)
@@ -313,8 +313,8 @@ def _in_device_kernels(m, K, ad, tmp, ev):
     return memoryview(tmp)[:n_max], tmp.ctypes.data, post, (ad, dtmp, ev)
 
 
-def _contiguous_only(m, call: str):
-    mem = _host_mem(m, call)
+def contiguous_only(m, call: str):
+    mem = host_mem(m, call)
     if not m.contiguous:
         raise NotImplementedError(f"{call}: partitioned communication needs contiguous data "
                                   f"(datatype {m.datatype!r}, count {m.count})")
@@ -379,7 +379,7 @@ class _BsendPool:
 _bsend = {"pool": None}
 
 
-def _attach(pool_holder: dict, buf, call: str) -> None:
+def attach(pool_holder: dict, buf, call: str) -> None:
     if pool_holder.get("pool") is not None:
         raise error(ERR_BUFFER, f"{call}: a buffer is already attached")
     mem = None
@@ -397,7 +397,7 @@ def _attach(pool_holder: dict, buf, call: str) -> None:
     pool_holder["pool"] = _BsendPool(buf, mem)
 
 
-def _detach(pool_holder: dict, call: str):
+def detach(pool_holder: dict, call: str):
     pool = pool_holder.get("pool")
     if pool is None:
         raise error(ERR_BUFFER, f"{call}: no buffer attached")
@@ -406,13 +406,13 @@ def _detach(pool_holder: dict, call: str):
     return pool.buf
 
 
-def _flush(pool_holder: dict) -> None:
+def flush(pool_holder: dict) -> None:
     pool = pool_holder.get("pool")
     if pool is not None:
         _rt.ENGINE.wait_until(lambda: pool.live == 0)
 
 
-def _iflush(pool_holder: dict) -> Xfer:
+def iflush(pool_holder: dict) -> Xfer:
     pool = pool_holder.get("pool")
     if pool is None:
         x = Xfer(GREQ)
@@ -426,22 +426,22 @@ def _iflush(pool_holder: dict) -> Xfer:
 def Iflush_buffer():
     """Nonblocking flush of the attached buffer (MPI_Buffer_iflush): a Request that completes
     once every buffered message has left it."""
-    return Request._of(_iflush(_bsend), None)
+    return Request._of(iflush(_bsend), None)
 
 
 def Attach_buffer(buf) -> None:
     """Attach a user buffer for buffered sends (MPI_Buffer_attach); BUFFER_AUTOMATIC (or None, as mpi4py) allowed."""
-    _attach(_bsend, buf, "Attach_buffer")
+    attach(_bsend, buf, "Attach_buffer")
 
 
 def Detach_buffer():
     """Detach the buffer, after every buffered message left it (MPI_Buffer_detach)."""
-    return _detach(_bsend, "Detach_buffer")
+    return detach(_bsend, "Detach_buffer")
 
 
 def Flush_buffer() -> None:
     """Wait until every buffered message has left the attached buffer (MPI_Buffer_flush)."""
-    _flush(_bsend)
+    flush(_bsend)
 
 
 # --- posting ------------------------------------------------------------------------------
@@ -454,13 +454,13 @@ def isend(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stre
     ``sig``: the signature code to carry instead of the datatype's, for a rank forwarding a
     message it received).  Returns the operation: an Xfer, or the shared completed ``SENT``."""
     if sig is None:
-        sig = _sig(m.datatype)
-    if _on_device(m):
+        sig = signature(m.datatype)
+    if on_device(m):
         x = _send_device(m, wpeer, me, tag, ctx, mode, call, stream, bpool, sig)
         if type(m.obj) is DLPackOwner:  # device copies name the address only: the tensor stays
             after(x, lambda o=m.obj: None)  # the consumer's (deleter not run) until they are done
         return x
-    return send_out(_out(m, call, stream), wpeer, me, tag, ctx, mode, call, sig, bpool)
+    return send_out(outgoing(m, call, stream), wpeer, me, tag, ctx, mode, call, sig, bpool)
 
 
 def _send_device(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, stream, bpool, sig: int):
@@ -477,14 +477,14 @@ def _send_device(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: st
         if release is not None:
             after(x, release)
         return x
-    out = _out(m, call, stream)
+    out = outgoing(m, call, stream)
     if release is not None:
-        release()  # _out copied the packed bytes to the host
+        release()  # outgoing copied the packed bytes to the host
     return send_out(out, wpeer, me, tag, ctx, mode, call, sig, bpool)
 
 
 def send_out(out, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: str, sig: int, bpool=None):
-    """Post the bytes ``_out`` prepared; its staging array goes back when the send completes."""
+    """Post the bytes ``outgoing`` prepared; its staging array goes back when the send completes."""
     mem, addr, release = out
     if mode == BUFFERED:
         x = bsend(mem, wpeer, me, tag, ctx, call, sig, bpool)
@@ -520,9 +520,9 @@ def irecv(m, source: int, wpeer: int, tag: int, ctx: int, call: str, stream=None
     """Post a receive into parsed message ``m`` from ``source`` (communicator rank or ANY_SOURCE;
     ``wpeer`` its world rank) on context ``ctx``; ``sig`` overrides the signature code the
     engine checks (0: accept any; the caller compares the message's, ``x.msig``)."""
-    mem, addr, post, dev = _in(m, call, stream)
+    mem, addr, post, dev = incoming(m, call, stream)
     x = _rt.ENGINE.irecv(mem, len(mem), source, wpeer, tag, ctx, call, addr,
-                         _sig(m.datatype) if sig is None else sig, post, dev)
+                         signature(m.datatype) if sig is None else sig, post, dev)
     if dev is not None and type(m.obj) is DLPackOwner:  # see isend
         after(x, lambda o=m.obj: None)
     return x

@@ -17,8 +17,9 @@ replaced after a fork); none keeps state of its own.
 from __future__ import annotations
 
 from . import _runtime as _rt
+from ._progress import SENT  # noqa: F401  (the shared completed send; API modules compare with it)
 
-__all__ = ["cancel", "context_freed", "failed_ranks", "node_of", "poll", "wait", "wait_until", "world_rank",
+__all__ = ["SENT", "cancel", "context_freed", "free_context", "probe_now", "probe_wait", "failed_ranks", "node_of", "poll", "wait", "wait_until", "world_rank",
            "world_size", "abort"]
 
 
@@ -74,3 +75,47 @@ def node_of(world_rank: int) -> int:
 def abort(code: int = 1, message: str | None = None) -> None:
     """End the whole job with ``code`` (MPI_Abort)."""
     _rt.abort(code, message)
+
+
+def free_context(ctx: int) -> None:
+    """Free the context block ``ctx`` .. ``ctx + 3`` of a communicator (MPI_Comm_free): pending
+    operations complete normally (a context with a receive still posted keeps its queues;
+    context ids are never reused), and every handle of it is stale from now on."""
+    eng = _rt.ENGINE
+    with eng.lock:
+        for c in (ctx, ctx + 1, ctx + 2, ctx + 3):
+            if eng.matcher.pending(c)[0] == 0:
+                eng.matcher.drop_context(c)
+    eng.freed_ctx.add(ctx)
+
+
+def probe_wait(ctx: int, source: int, tag: int, take: bool, on_none):
+    """Block until a message on context ``ctx`` matches ``source``/``tag`` and return its
+    arrival (``take``: off the unexpected queue, for matched probes).  Receives posted lazily
+    are given to the matcher first (they come first in MPI order).  ``on_none()`` runs after
+    each look that found nothing (it may raise: a failed peer)."""
+    eng = _rt.ENGINE
+    eng.unlazy()
+    look = eng.matcher.take if take else eng.matcher.probe
+    found = []
+
+    def ready():
+        a = look(ctx, source, tag)
+        if a is not None:
+            found.append(a)
+            return True
+        return on_none()
+
+    eng.wait_until(ready)
+    return found[0]
+
+
+def probe_now(ctx: int, source: int, tag: int, take: bool):
+    """One progress pass, then the arrival matching ``source``/``tag`` on ``ctx`` or None
+    (``take``: off the queue); lazily posted receives are given to the matcher first."""
+    eng = _rt.ENGINE
+    with eng.lock:
+        eng.unlazy()  # (the lock is re-entrant)
+        if not eng.quiet():
+            eng.progress()
+        return (eng.matcher.take if take else eng.matcher.probe)(ctx, source, tag)

@@ -112,7 +112,7 @@ class Message(Handle):
         # the buffer is checked before the message leaves the handle: bad input loses nothing
         m = None
         if buf is not None and not self._noproc and self._arr is not None:
-            m = _p2p._msg(buf, False, self._arr.src, call)
+            m = _p2p.msg(buf, False, self._arr.src, call)
         t = self._take(call)
         if t is None:
             return None, None
@@ -127,8 +127,8 @@ class Message(Handle):
             x.dynamic = True
             x.mem, x.cap = None, 0
         else:
-            mem, x.addr, x.on_done, x.dev = _p2p._in(m, call, stream)
-            x.sig = _p2p._sig(m.datatype)
+            mem, x.addr, x.on_done, x.dev = _p2p.incoming(m, call, stream)
+            x.sig = _p2p.signature(m.datatype)
             x.dynamic = False
             x.mem, x.cap = mem, len(mem)
         _rt.ENGINE.deliver(x, a)

@@ -187,7 +187,7 @@ class Session(Handle):
             rec = self._check(call)
         except MPIException as e:
             self._raise(e)
-        _p2p._flush(rec.bpool)
+        _p2p.flush(rec.bpool)
         rec.bpool.pop("pool", None)
         rec.live = False
         self._htable.live.pop(self._h, None)
@@ -275,7 +275,7 @@ class Session(Handle):
             buf = BUFFER_AUTOMATIC
         try:
             rec = self._check(call)
-            _p2p._attach(rec.bpool, buf, call)
+            _p2p.attach(rec.bpool, buf, call)
         except MPIException as e:
             self._raise(e)
 
@@ -284,7 +284,7 @@ class Session(Handle):
         call = "Session.Detach_buffer"
         try:
             rec = self._check(call)
-            return _p2p._detach(rec.bpool, call)
+            return _p2p.detach(rec.bpool, call)
         except MPIException as e:
             self._raise(e)
 
@@ -295,7 +295,7 @@ class Session(Handle):
             rec = self._check(call)
         except MPIException as e:
             self._raise(e)
-        _p2p._flush(rec.bpool)
+        _p2p.flush(rec.bpool)
 
     def Iflush_buffer(self):
         """Nonblocking flush of the session's buffer (MPI_Session_iflush_buffer): a Request."""
@@ -306,7 +306,7 @@ class Session(Handle):
             rec = self._check(call)
         except MPIException as e:
             self._raise(e)
-        return Request._of(_p2p._iflush(rec.bpool), None)
+        return Request._of(_p2p.iflush(rec.bpool), None)
 
     # --- error handling -------------------------------------------------------------------
     @classmethod

@@ -23,7 +23,7 @@ from .. import _config
 from .. import _runtime as _rt
 from .._arrays import HOST
 from .._buffers import message_simple, message_vector
-from .._p2p import _sig
+from .._p2p import signature as _sig
 from ..constants import PROC_NULL, ROOT, is_in_place
 from ..datatypes._core import Datatype
 from ..datatypes import plan as _plan

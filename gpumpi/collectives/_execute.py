@@ -543,7 +543,7 @@ def _pack_blocks(run: Run, m, blist, lay: Flat) -> None:
             ad = run.ad
             s = _rt.ENGINE.copy_stream(ad)
             K.device_pack(p, _p2p._DeviceBytes(addr + p.lo, p.hi - p.lo), p.lo, _p2p._DeviceBytes(lay.addr + off, n),
-                          _p2p._kernel_stream(ad, s))
+                          _p2p.kernel_stream(ad, s))
             ad.stream_synchronize(s)
         else:
             ad = run.ad
@@ -575,7 +575,7 @@ def _unpack_blocks(run: Run, m, blist, lay: Flat) -> None:
             ad = run.ad
             s = _rt.ENGINE.copy_stream(ad)
             K.device_unpack(p, _p2p._DeviceBytes(lay.addr + off, n), _p2p._DeviceBytes(addr + p.lo, p.hi - p.lo), p.lo,
-                            n, _p2p._kernel_stream(ad, s))
+                            n, _p2p.kernel_stream(ad, s))
             ad.stream_synchronize(s)
         else:  # read, modify, write the span: bytes between the elements keep their values
             ad = run.ad
@@ -596,10 +596,10 @@ def _unpack_blocks(run: Run, m, blist, lay: Flat) -> None:
 
 def _kernels(run: Run, m):
     """``gpumpi.kernels.pack`` where it can pack user message ``m`` on its device (as the one
-    buffer path decides, ``_p2p._kernels_for``), else None (staged through host memory)."""
+    buffer path decides, ``_p2p.kernels_for``), else None (staged through host memory)."""
     if run.ad is None or m.kind == HOST:
         return None
-    return _p2p._kernels_for(m)
+    return _p2p.kernels_for(m)
 
 
 def _raw_host(addr: int, n: int, writable: bool):
