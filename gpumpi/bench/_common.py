@@ -9,7 +9,7 @@ same code measures ``gpumpi.MPI`` and ``mpi4py.MPI`` side by side.  Only the
 uppercase buffer API is used (``Send``, ``Recv``, ``Isend``, ``Irecv``,
 ``Request.Waitall``, ``Barrier``, ``Wtime``) with ``[array, MPI.BYTE]`` buffer specs.
 Ranks 0 and 1 synchronise with each other by a zero-byte ping-pong before every
-timed loop (:func:`_pair_sync`); the only collective is the closing ``Barrier`` of the
+timed loop (:func:`pair_sync`); the only collective is the closing ``Barrier`` of the
 whole communicator.
 
 Rules that every suite keeps:
@@ -18,14 +18,14 @@ Rules that every suite keeps:
 * Buffers are allocated once, at the largest size, outside every timed loop; the
   first ``skip`` iterations of each loop are warm-up and are not timed.
 * Every measurement is checked: the sender's buffer holds a pattern that depends on
-  the size and the sending rank (:func:`_pattern`), the receiver fills its buffer with
+  the size and the sending rank (:func:`fill_pattern`), the receiver fills its buffer with
   the bitwise complement before the loop and counts the bytes that differ from the
-  pattern afterwards.  Rank 1 sends its count to rank 0 (:func:`_sum_wrong`); the sum
+  pattern afterwards.  Rank 1 sends its count to rank 0 (:func:`sum_wrong`); the sum
   is the ``#wrong`` column.
 * Ranks other than 0 and 1 wait at the final barrier.
 * Buffers: ``numpy`` (host memory), ``sim`` (simulated device memory,
   :class:`gpumpi.testing.SimDeviceArray`) or ``cupy`` (CuPy arrays on the rank's
-  GPU), as :class:`_Buffers`, :class:`_DeviceBuffers` and :class:`_DeviceMemory` make
+  GPU), as :class:`HostBuffers`, :class:`DeviceBuffers` and :class:`DeviceMemory` make
   them.  Device buffers are filled and checked through host copies (``.set`` /
   ``.get``) outside the timed loops; the zero-byte synchronisation messages and
   acks stay in host memory.  Which device transport gpumpi uses is chosen by
@@ -55,13 +55,13 @@ MAX_SIZE = 16 << 20
 #: Bytes of receive buffer per window (``distinct_recv``) before receives reuse slots.
 RECV_CAP = 64 << 20
 #: Slot alignment inside the receive buffer.
-_ALIGN = 64
+ALIGN = 64
 
 # the message tags of every suite, in one table (a new suite takes the next numbers)
-_TAG_LAT, _TAG_BW, _TAG_ACK, _TAG_BIBW, _TAG_CHECK, _TAG_SYNC = 101, 102, 103, 104, 105, 106
-_TAG_STRIDED = 107
-_TAG_GO, _TAG_MATRIX, _TAG_STATS = 108, 109, 110
-_TAG_COLL_STATS = 111
+TAG_LAT, TAG_BW, TAG_ACK, TAG_BIBW, _TAG_CHECK, _TAG_SYNC = 101, 102, 103, 104, 105, 106
+TAG_STRIDED = 107
+TAG_GO, TAG_MATRIX, TAG_STATS = 108, 109, 110
+TAG_COLL_STATS = 111
 
 
 class BenchError(Exception):
@@ -261,23 +261,23 @@ def device_count(buffer: str) -> int:
 # ---------------------------------------------------------------- buffers
 
 
-def _pattern(np, size: int, rank: int):
+def fill_pattern(np, size: int, rank: int):
     """The bytes that ``rank`` sends at ``size``: period 251, seeded by both."""
     base = ((np.arange(251, dtype=np.int64) * 131 + size * 7 + rank * 29 + 1) % 251).astype(np.uint8)
     return np.resize(base, size)
 
 
-def _stride(size: int) -> int:
-    return max(_ALIGN, -(-size // _ALIGN) * _ALIGN)
+def slot_stride(size: int) -> int:
+    return max(ALIGN, -(-size // ALIGN) * ALIGN)
 
 
-def _nslots(size: int, window: int, distinct: bool) -> int:
+def slot_count(size: int, window: int, distinct: bool) -> int:
     if not distinct:
         return 1
-    return max(1, min(window, RECV_CAP // _stride(size)))
+    return max(1, min(window, RECV_CAP // slot_stride(size)))
 
 
-class _DeviceMemory:
+class DeviceMemory:
     """1-D ``uint8`` device arrays of one kind, with ``.set(host)`` / ``.get()`` and views by slicing.
 
     ``own``: every array is its own allocation straight from the adapter (CuPy:
@@ -334,7 +334,7 @@ class _DeviceMemory:
             self._raw.clear()
 
 
-class _Buffers:
+class HostBuffers:
     """Host send/receive buffers allocated once for the whole sweep."""
 
     __slots__ = ("distinct", "empty", "np", "rbuf", "sbuf")
@@ -343,7 +343,7 @@ class _Buffers:
         self.np = np
         self.distinct = distinct
         biggest = max(sizes) if sizes else 0
-        rbytes = max([_nslots(s, window, distinct) * _stride(s) for s in sizes] + [_ALIGN])
+        rbytes = max([slot_count(s, window, distinct) * slot_stride(s) for s in sizes] + [ALIGN])
         self.sbuf = np.zeros(max(biggest, 1), dtype=np.uint8)
         self.rbuf = np.zeros(rbytes, dtype=np.uint8)
         # touch every page now, as OSU's benchmarks do (np.zeros maps them lazily): no page is
@@ -354,36 +354,36 @@ class _Buffers:
 
     def prepare_send(self, size: int, rank: int):
         if size:
-            self.sbuf[:size] = _pattern(self.np, size, rank)
+            self.sbuf[:size] = fill_pattern(self.np, size, rank)
         return self.sbuf[:size]
 
     def recv_slots(self, size: int, nslots: int, peer: int):
         """Views of ``nslots`` receive slots, each set to the complement of the
         peer's pattern so that a missing or partial delivery is counted."""
-        stride = _stride(size)
+        stride = slot_stride(size)
         grid = self.rbuf[: nslots * stride].reshape(nslots, stride)
         if size:
-            grid[:, :size] = ~_pattern(self.np, size, peer)
+            grid[:, :size] = ~fill_pattern(self.np, size, peer)
         return [grid[i, :size] for i in range(nslots)]
 
     def count_wrong(self, slots, size: int, peer: int, used: int) -> int:
         if size == 0:
             return 0
-        expected = _pattern(self.np, size, peer)
+        expected = fill_pattern(self.np, size, peer)
         return int(sum(int(self.np.count_nonzero(v != expected)) for v in slots[:used]))
 
 
-class _DeviceBuffers(_Buffers):
+class DeviceBuffers(HostBuffers):
     """Device send/receive buffers (``sim`` or ``cupy``), filled and checked through host copies."""
 
     __slots__ = ("mem",)
 
-    def __init__(self, np, mem: _DeviceMemory, sizes: Sequence[int], window: int, distinct: bool):
+    def __init__(self, np, mem: DeviceMemory, sizes: Sequence[int], window: int, distinct: bool):
         self.np = np
         self.mem = mem
         self.distinct = distinct
         biggest = max(sizes) if sizes else 0
-        rbytes = max([_nslots(s, window, distinct) * _stride(s) for s in sizes] + [_ALIGN])
+        rbytes = max([slot_count(s, window, distinct) * slot_stride(s) for s in sizes] + [ALIGN])
         self.sbuf = mem.array(max(biggest, 1))
         self.rbuf = mem.array(rbytes)
         self.empty = np.zeros(0, dtype=np.uint8)  # zero-byte sync messages stay on the host
@@ -391,15 +391,15 @@ class _DeviceBuffers(_Buffers):
     def prepare_send(self, size: int, rank: int):
         view = self.sbuf[:size]
         if size:
-            view.set(_pattern(self.np, size, rank))
+            view.set(fill_pattern(self.np, size, rank))
             self.mem.sync()
         return view
 
     def recv_slots(self, size: int, nslots: int, peer: int):
-        stride = _stride(size)
+        stride = slot_stride(size)
         if size:
             image = self.np.zeros((nslots, stride), dtype=self.np.uint8)
-            image[:, :size] = ~_pattern(self.np, size, peer)
+            image[:, :size] = ~fill_pattern(self.np, size, peer)
             self.rbuf[: nslots * stride].set(image.ravel())
             self.mem.sync()
         return [self.rbuf[i * stride : i * stride + size] for i in range(nslots)]
@@ -407,14 +407,14 @@ class _DeviceBuffers(_Buffers):
     def count_wrong(self, slots, size: int, peer: int, used: int) -> int:
         if size == 0:
             return 0
-        expected = _pattern(self.np, size, peer)
+        expected = fill_pattern(self.np, size, peer)
         return int(sum(int(self.np.count_nonzero(v.get() != expected)) for v in slots[:used]))
 
 
 # ---------------------------------------------------------------- between ranks 0 and 1
 
 
-def _pair_sync(MPI, comm, bufs: _Buffers, rank: int) -> None:
+def pair_sync(MPI, comm, bufs: HostBuffers, rank: int) -> None:
     """A barrier between ranks 0 and 1 only (the other ranks wait elsewhere)."""
     empty = [bufs.empty, MPI.BYTE]
     if rank == 0:
@@ -425,7 +425,7 @@ def _pair_sync(MPI, comm, bufs: _Buffers, rank: int) -> None:
         comm.Send(empty, 0, _TAG_SYNC)
 
 
-def _sum_wrong(MPI, comm, np, rank: int, wrong: int) -> int:
+def sum_wrong(MPI, comm, np, rank: int, wrong: int) -> int:
     """Rank 1 reports its count of wrong bytes to rank 0; rank 0 returns the sum."""
     cell = np.zeros(1, dtype=np.int64)
     if rank == 1:

@@ -47,7 +47,7 @@ import gc
 from collections.abc import Callable, Iterable, Sequence
 
 from ._common import (
-    _TAG_COLL_STATS,
+    TAG_COLL_STATS,
     BUFFER_KINDS,
     DEVICE_BUFFER_KINDS,
     MAX_SIZE,
@@ -58,7 +58,7 @@ from ._common import (
     default_sizes,
     parse_size,
 )
-from .report import _REF_HOST_WHY, _buffer_words, _fmt, _fmt_ratio, _ranks_words, _wrong_footer, format_columns, ratio
+from .report import REF_HOST_WHY, buffer_words, format_cell, fmt_ratio, ranks_words, wrong_footer, format_columns, ratio
 from .report import library_version, transport_words
 
 #: The collectives of the suite, in the order they run and print.
@@ -178,7 +178,7 @@ def check_op(op: str) -> None:
 def check_root(root: int, nranks: int) -> None:
     """Raise :class:`BenchError` unless ``0 <= root < nranks``."""
     if not 0 <= int(root) < nranks:
-        raise BenchError(f"--root {root} is not a rank of {_ranks_words(nranks)}")
+        raise BenchError(f"--root {root} is not a rank of {ranks_words(nranks)}")
 
 
 def _limit(dtype: str) -> tuple[int, int]:
@@ -215,7 +215,7 @@ def check_exact(op: str, dtype: str, nranks: int) -> None:
     bound = result_bound(op, dtype, nranks)
     if bound >= hi or (_signed(dtype) and -bound < lo):  # unsigned values are never negative
         raise BenchError(
-            f"--op {op} --dtype {dtype} over {_ranks_words(nranks)} can reach {bound}, beyond what "
+            f"--op {op} --dtype {dtype} over {ranks_words(nranks)} can reach {bound}, beyond what "
             f"{dtype} holds exactly: the results could not be validated (use a wider --dtype)"
         )
 
@@ -479,7 +479,7 @@ def check_nccl(nranks: int, ops: Sequence[str] = COLLS, dtype: str = "float64") 
         raise BenchError(f"nccl needs CuPy with NCCL and a CUDA GPU ({why})")
     ngpus = int(why.split()[0])
     if ngpus < nranks:
-        raise BenchError(f"nccl needs one GPU per rank ({_ranks_words(nranks)}, {ngpus} GPU{'s' if ngpus != 1 else ''})")
+        raise BenchError(f"nccl needs one GPU per rank ({ranks_words(nranks)}, {ngpus} GPU{'s' if ngpus != 1 else ''})")
     if dtype not in _NCCL_TYPES:
         raise BenchError(f"nccl has no {dtype} (--dtype {', '.join(_NCCL_TYPES)})")
     if not any(c in NCCL_COLLS for c in ops):
@@ -546,12 +546,12 @@ def _gather_stats(MPI, comm, np, rank: int, nranks: int, mine) -> list | None:
     """Every rank's ``mine`` (float64 values) on rank 0, by point-to-point messages; None elsewhere."""
     cell = np.asarray(mine, dtype=np.float64)
     if rank != 0:
-        comm.Send([cell.view(np.uint8), MPI.BYTE], 0, _TAG_COLL_STATS)
+        comm.Send([cell.view(np.uint8), MPI.BYTE], 0, TAG_COLL_STATS)
         return None
     out = [cell.copy()]
     for r in range(1, nranks):
         other = np.empty_like(cell)
-        comm.Recv([other.view(np.uint8), MPI.BYTE], r, _TAG_COLL_STATS)
+        comm.Recv([other.view(np.uint8), MPI.BYTE], r, TAG_COLL_STATS)
         out.append(other)
     return out
 
@@ -805,7 +805,7 @@ def format_coll_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     out = []
     if meta:
         buffer = meta.get("buffer", "numpy")
-        out.append(f"# {meta['impl']} coll, {_ranks_words(meta['nranks'])}, {_buffer_words(buffer)}")
+        out.append(f"# {meta['impl']} coll, {ranks_words(meta['nranks'])}, {buffer_words(buffer)}")
         out.append(f"# MPI library: {meta.get('library', 'unknown')}")
         if buffer in DEVICE_BUFFER_KINDS and meta.get("impl") != "nccl":
             out.append(transport_words(meta))
@@ -815,20 +815,20 @@ def format_coll_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     for coll in _colls_of(rows):
         out.append(_block_head(coll))
         cells = [
-            [*_key_cells(r), _fmt(r.get("time_us"), ".2f"), _fmt(r.get("time_max_us"), ".2f"),
-             _fmt(r.get("algbw_GBps"), ".4f"), _fmt(r.get("busbw_GBps"), ".4f"), str(r.get("wrong", 0))]
+            [*_key_cells(r), format_cell(r.get("time_us"), ".2f"), format_cell(r.get("time_max_us"), ".2f"),
+             format_cell(r.get("algbw_GBps"), ".4f"), format_cell(r.get("busbw_GBps"), ".4f"), str(r.get("wrong", 0))]
             for r in rows if r["coll"] == coll
         ]  # fmt: skip
         out.extend(format_columns(columns, cells))
     out.append(_avg_busbw(rows, "busbw_GBps"))
-    out.append(_wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
+    out.append(wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
     return "\n".join(out)
 
 
 def _avg_busbw(rows: Sequence[dict], key: str, who: str = "") -> str:
     vals = [r[key] for r in rows if r.get(key) is not None]
     label = f"# Avg bus bandwidth{' ' + who if who else ''}"
-    return f"{label} : {_fmt(sum(vals) / len(vals), '.4f') if vals else '-'} GB/s"
+    return f"{label} : {format_cell(sum(vals) / len(vals), '.4f') if vals else '-'} GB/s"
 
 
 def _key(r: dict) -> tuple:
@@ -882,11 +882,11 @@ def format_coll_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict
         b = b + "'"
     buf, ref_buf = meta.get("buffer", "numpy"), ref_meta.get("buffer", "numpy")
     if buf == ref_buf:
-        buffers = _buffer_words(buf)
+        buffers = buffer_words(buf)
     else:
-        buffers = f"{a} on {_buffer_words(buf)}, {b} on {_buffer_words(ref_buf)}"
+        buffers = f"{a} on {buffer_words(buf)}, {b} on {buffer_words(ref_buf)}"
     out = [
-        f"# {a} vs {b} coll, {_ranks_words(meta['nranks'])}, {buffers}",
+        f"# {a} vs {b} coll, {ranks_words(meta['nranks'])}, {buffers}",
         f"# {a} MPI library: {meta.get('library', 'unknown')}",
         f"# {b} MPI library: {ref_meta.get('library', 'unknown')}",
     ]
@@ -894,8 +894,8 @@ def format_coll_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict
         kind = m.get("buffer", "numpy")
         if kind in DEVICE_BUFFER_KINDS and m.get("impl") != "nccl":
             out.append(transport_words(m).replace("# device transport", f"# {side} device transport", 1))
-        if kind != other and other in _REF_HOST_WHY and kind == "numpy" and m.get("impl") == "mpi4py":
-            out.append(f"# {side} ran on host numpy buffers: {_REF_HOST_WHY[other]}; "
+        if kind != other and other in REF_HOST_WHY and kind == "numpy" and m.get("impl") == "mpi4py":
+            out.append(f"# {side} ran on host numpy buffers: {REF_HOST_WHY[other]}; "
                        "the ratios compare device with host collectives")  # fmt: skip
     out.extend(_method_lines(merged, meta))
     out.append(f"# speedup = {b} time / {a} time (the busbw ratio too); >1 means {a} is better; "
@@ -905,14 +905,14 @@ def format_coll_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict
     for coll in _colls_of(merged):
         out.append(_block_head(coll))
         cells = [
-            [*_key_cells(m), _fmt(m["time_us"], ".2f"), _fmt(m["ref_time_us"], ".2f"), _fmt(m["busbw_GBps"], ".4f"),
-             _fmt(m["ref_busbw_GBps"], ".4f"), _fmt_ratio(m["speedup"]), str(m["wrong"] + m["ref_wrong"])]
+            [*_key_cells(m), format_cell(m["time_us"], ".2f"), format_cell(m["ref_time_us"], ".2f"), format_cell(m["busbw_GBps"], ".4f"),
+             format_cell(m["ref_busbw_GBps"], ".4f"), fmt_ratio(m["speedup"]), str(m["wrong"] + m["ref_wrong"])]
             for m in merged if m["coll"] == coll
         ]  # fmt: skip
         out.extend(format_columns(columns, cells))
     out.append(_avg_busbw(merged, "busbw_GBps", a))
     out.append(_avg_busbw(merged, "ref_busbw_GBps", b))
-    out.append(_wrong_footer(sum(m["wrong"] + m["ref_wrong"] for m in merged)))
+    out.append(wrong_footer(sum(m["wrong"] + m["ref_wrong"] for m in merged)))
     return "\n".join(out)
 
 

@@ -67,7 +67,7 @@ from ._common import (
     check_device_buffers,
     parse_size,
 )
-from .report import _buffer_words, _fmt, _fmt_ratio, _ranks_words, _wrong_footer, format_columns, host_words
+from .report import buffer_words, format_cell, fmt_ratio, ranks_words, wrong_footer, format_columns, host_words
 from .report import library_version, ratio, transport_words
 
 #: Processes of the suite (``perf.F`` needs exactly 4).
@@ -757,7 +757,7 @@ def format_ga_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     out = []
     if meta:
         buffer = meta.get("buffer", "numpy")
-        out.append(f"# {meta['impl']} ga (GA perf.F), {_ranks_words(meta['nranks'])}, {_buffer_words(buffer)}, "
+        out.append(f"# {meta['impl']} ga (GA perf.F), {ranks_words(meta['nranks'])}, {buffer_words(buffer)}, "
                    f"{_array_words(meta)}")  # fmt: skip
         out.append(f"# MPI library: {meta.get('library', 'unknown')}")
         if buffer in DEVICE_BUFFER_KINDS:
@@ -768,20 +768,20 @@ def format_ga_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     out.extend(_method_lines())
     for dim, where in _sections_of(rows):
         out.append(f"# {HEADINGS[(dim, where)]}")
-        cells = [[str(r["bytes"]), str(r["chunk"]), _fmt(r.get("get_us"), ".2f"), _fmt(r.get("get_MBps"), ".1f"),
-                  _fmt(r.get("put_us"), ".2f"), _fmt(r.get("put_MBps"), ".1f"), _fmt(r.get("acc_us"), ".2f"),
-                  _fmt(r.get("acc_MBps"), ".1f"), str(r.get("calls", 0)), str(r.get("wrong", 0))]
+        cells = [[str(r["bytes"]), str(r["chunk"]), format_cell(r.get("get_us"), ".2f"), format_cell(r.get("get_MBps"), ".1f"),
+                  format_cell(r.get("put_us"), ".2f"), format_cell(r.get("put_MBps"), ".1f"), format_cell(r.get("acc_us"), ".2f"),
+                  format_cell(r.get("acc_MBps"), ".1f"), str(r.get("calls", 0)), str(r.get("wrong", 0))]
                  for r in rows if r.get("ga") == "section" and (r["dim"], r["where"]) == (dim, where)]  # fmt: skip
         out.extend(format_columns(_SECTION_COLUMNS, cells))
     inc = [r for r in rows if r.get("ga") == "read_inc"]
     if inc:
         out.extend(_read_inc_lines())
-        cells = [[str(r["calls"]), _fmt(r.get("read_inc_us"), ".2f"), _fmt(r.get("fop_us"), ".2f"),
-                  _fmt_ratio(r.get("ratio")), str(r.get("wrong", 0))] for r in inc]  # fmt: skip
+        cells = [[str(r["calls"]), format_cell(r.get("read_inc_us"), ".2f"), format_cell(r.get("fop_us"), ".2f"),
+                  fmt_ratio(r.get("ratio")), str(r.get("wrong", 0))] for r in inc]  # fmt: skip
         out.extend(format_columns([("calls", ""), ("read_inc", "(usec)"), ("Fetch_and_op", "(usec)"), ("ratio", "(x)"),
                                    ("#wrong", "")], cells))  # fmt: skip
         out.append(_target_line(inc[-1]))
-    out.append(_wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
+    out.append(wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
     return "\n".join(out)
 
 
@@ -833,12 +833,12 @@ def format_ga_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict) 
         b = b + "'"
     buffer = meta.get("buffer", "numpy")
     out = [
-        f"# {a} vs {b} ga (GA perf.F), {_ranks_words(meta['nranks'])}, {_buffer_words(buffer)}, {_array_words(meta)}",
+        f"# {a} vs {b} ga (GA perf.F), {ranks_words(meta['nranks'])}, {buffer_words(buffer)}, {_array_words(meta)}",
         f"# {a} MPI library: {meta.get('library', 'unknown')}",
         f"# {b} library: {ref_meta.get('library', 'unknown')}",
     ]
     if ref_meta.get("buffer", "numpy") != buffer:
-        out.append(f"# {b} runs on {_buffer_words(ref_meta.get('buffer', 'numpy'))}")
+        out.append(f"# {b} runs on {buffer_words(ref_meta.get('buffer', 'numpy'))}")
     for side, m in ((a, meta), (b, ref_meta)):
         if m.get("skipped"):
             out.append(f"# {side} not run: {m['skipped']} (its columns are -)")
@@ -857,19 +857,19 @@ def format_ga_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict) 
                 continue
             line = [str(m["bytes"]), str(m["chunk"])]
             for op in OPS:
-                line += [_fmt(m[f"{op}_us"], ".2f"), _fmt(m[f"ref_{op}_us"], ".2f"), _fmt_ratio(m[f"{op}_speedup"])]
+                line += [format_cell(m[f"{op}_us"], ".2f"), format_cell(m[f"ref_{op}_us"], ".2f"), fmt_ratio(m[f"{op}_speedup"])]
             cells.append([*line, str(m["wrong"] + m["ref_wrong"])])
         out.extend(format_columns(columns, cells))
     inc = [m for m in merged if m["ga"] == "read_inc"]
     if inc:
         out.extend(_read_inc_lines())
-        cells = [[str(m["calls"]), _fmt(m["read_inc_us"], ".2f"), _fmt(m["ref_read_inc_us"], ".2f"),
-                  _fmt_ratio(m["read_inc_speedup"]), _fmt(m["fop_us"], ".2f"), _fmt(m["ref_fop_us"], ".2f"),
-                  _fmt_ratio(m["fop_speedup"]), str(m["wrong"] + m["ref_wrong"])] for m in inc]  # fmt: skip
+        cells = [[str(m["calls"]), format_cell(m["read_inc_us"], ".2f"), format_cell(m["ref_read_inc_us"], ".2f"),
+                  fmt_ratio(m["read_inc_speedup"]), format_cell(m["fop_us"], ".2f"), format_cell(m["ref_fop_us"], ".2f"),
+                  fmt_ratio(m["fop_speedup"]), str(m["wrong"] + m["ref_wrong"])] for m in inc]  # fmt: skip
         out.extend(format_columns([("calls", ""), (f"read_inc {a}", "(usec)"), (f"read_inc {b}", "(usec)"), ("x", ""),
                                    (f"Fetch_and_op {a}", "(usec)"), (f"Fetch_and_op {b}", "(usec)"), ("x", ""),
                                    ("#wrong", "")], cells))  # fmt: skip
-    out.append(_wrong_footer(sum(m["wrong"] + m["ref_wrong"] for m in merged)))
+    out.append(wrong_footer(sum(m["wrong"] + m["ref_wrong"] for m in merged)))
     return "\n".join(out)
 
 

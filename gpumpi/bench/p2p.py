@@ -35,27 +35,27 @@ import gc
 from collections.abc import Callable, Iterable, Sequence
 
 from ._common import (
-    _TAG_ACK,
-    _TAG_BIBW,
-    _TAG_BW,
-    _TAG_LAT,
+    TAG_ACK,
+    TAG_BIBW,
+    TAG_BW,
+    TAG_LAT,
     BUFFER_KINDS,
     DEVICE_BUFFER_KINDS,
     MAX_SIZE,
     WINDOW,
     BenchError,
     Suite,
-    _Buffers,
-    _DeviceBuffers,
-    _DeviceMemory,
-    _nslots,
-    _pair_sync,
-    _sum_wrong,
+    HostBuffers,
+    DeviceBuffers,
+    DeviceMemory,
+    slot_count,
+    pair_sync,
+    sum_wrong,
     check_buffer_kind,
     default_sizes,
     parse_size,
 )
-from .report import _REF_HOST_WHY, _buffer_words, _fmt, _wrong_footer, format_columns, ratio, transport_words
+from .report import REF_HOST_WHY, buffer_words, format_cell, wrong_footer, format_columns, ratio, transport_words
 
 #: Messages above this size use the "large" iteration counts (OSU's threshold).
 LARGE_MESSAGE = 8192
@@ -150,32 +150,32 @@ def plan_iterations(
 # ---------------------------------------------------------------- measurements
 
 
-def _latency(MPI, comm, bufs: _Buffers, rank: int, size: int, iters: int, skip: int):
+def _latency(MPI, comm, bufs: HostBuffers, rank: int, size: int, iters: int, skip: int):
     peer = 1 - rank
     smsg = [bufs.prepare_send(size, rank), MPI.BYTE]
     slots = bufs.recv_slots(size, 1, peer)
     rmsg = [slots[0], MPI.BYTE]
     send, recv, wtime = comm.Send, comm.Recv, MPI.Wtime
-    _pair_sync(MPI, comm, bufs, rank)
+    pair_sync(MPI, comm, bufs, rank)
     t0 = wtime()
     if rank == 0:
         for i in range(iters + skip):
             if i == skip:
                 t0 = wtime()
-            send(smsg, 1, _TAG_LAT)
-            recv(rmsg, 1, _TAG_LAT)
+            send(smsg, 1, TAG_LAT)
+            recv(rmsg, 1, TAG_LAT)
     else:
         for i in range(iters + skip):
             if i == skip:
                 t0 = wtime()
-            recv(rmsg, 0, _TAG_LAT)
-            send(smsg, 0, _TAG_LAT)
+            recv(rmsg, 0, TAG_LAT)
+            send(smsg, 0, TAG_LAT)
     elapsed = wtime() - t0
     wrong = bufs.count_wrong(slots, size, peer, 1)
     return elapsed, wrong
 
 
-def _bw(MPI, comm, bufs: _Buffers, rank: int, size: int, iters: int, skip: int, window: int):
+def _bw(MPI, comm, bufs: HostBuffers, rank: int, size: int, iters: int, skip: int, window: int):
     np = bufs.np
     ack = np.zeros(4, dtype=np.uint8)
     ackmsg = [ack, MPI.BYTE]
@@ -185,47 +185,47 @@ def _bw(MPI, comm, bufs: _Buffers, rank: int, size: int, iters: int, skip: int, 
     if rank == 0:
         smsg = [bufs.prepare_send(size, 0), MPI.BYTE]
         isend, recv = comm.Isend, comm.Recv
-        _pair_sync(MPI, comm, bufs, rank)
+        pair_sync(MPI, comm, bufs, rank)
         t0 = wtime()
         for i in range(iters + skip):
             if i == skip:
                 t0 = wtime()
-            waitall([isend(smsg, 1, _TAG_BW) for _ in rng])
-            recv(ackmsg, 1, _TAG_ACK)
+            waitall([isend(smsg, 1, TAG_BW) for _ in rng])
+            recv(ackmsg, 1, TAG_ACK)
         elapsed = wtime() - t0
     else:
-        nslots = _nslots(size, window, bufs.distinct)
+        nslots = slot_count(size, window, bufs.distinct)
         slots = bufs.recv_slots(size, nslots, 0)
         rmsgs = [[slots[j % nslots], MPI.BYTE] for j in rng]
         irecv, send = comm.Irecv, comm.Send
-        _pair_sync(MPI, comm, bufs, rank)
+        pair_sync(MPI, comm, bufs, rank)
         t0 = wtime()
         for i in range(iters + skip):
             if i == skip:
                 t0 = wtime()
-            waitall([irecv(m, 0, _TAG_BW) for m in rmsgs])
-            send(ackmsg, 0, _TAG_ACK)
+            waitall([irecv(m, 0, TAG_BW) for m in rmsgs])
+            send(ackmsg, 0, TAG_ACK)
         elapsed = wtime() - t0
         wrong = bufs.count_wrong(slots, size, 0, min(nslots, window))
     return elapsed, wrong
 
 
-def _bibw(MPI, comm, bufs: _Buffers, rank: int, size: int, iters: int, skip: int, window: int):
+def _bibw(MPI, comm, bufs: HostBuffers, rank: int, size: int, iters: int, skip: int, window: int):
     peer = 1 - rank
     smsg = [bufs.prepare_send(size, rank), MPI.BYTE]
-    nslots = _nslots(size, window, bufs.distinct)
+    nslots = slot_count(size, window, bufs.distinct)
     slots = bufs.recv_slots(size, nslots, peer)
     rmsgs = [[slots[j % nslots], MPI.BYTE] for j in range(window)]
     rng = range(window)
     isend, irecv = comm.Isend, comm.Irecv
     wtime, waitall = MPI.Wtime, MPI.Request.Waitall
-    _pair_sync(MPI, comm, bufs, rank)
+    pair_sync(MPI, comm, bufs, rank)
     t0 = wtime()
     for i in range(iters + skip):
         if i == skip:
             t0 = wtime()
-        rreqs = [irecv(m, peer, _TAG_BIBW) for m in rmsgs]
-        sreqs = [isend(smsg, peer, _TAG_BIBW) for _ in rng]
+        rreqs = [irecv(m, peer, TAG_BIBW) for m in rmsgs]
+        sreqs = [isend(smsg, peer, TAG_BIBW) for _ in rng]
         waitall(sreqs)
         waitall(rreqs)
     elapsed = wtime() - t0
@@ -304,9 +304,9 @@ def run_p2p(
     import numpy as np
 
     if buffer in DEVICE_BUFFER_KINDS:
-        bufs: _Buffers = _DeviceBuffers(np, _DeviceMemory(buffer), sizes, window, distinct_recv)
+        bufs: HostBuffers = DeviceBuffers(np, DeviceMemory(buffer), sizes, window, distinct_recv)
     else:
-        bufs = _Buffers(np, sizes, window, distinct_recv)
+        bufs = HostBuffers(np, sizes, window, distinct_recv)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -328,7 +328,7 @@ def run_p2p(
                     elapsed, bad = _bibw(MPI, comm, bufs, rank, size, n, w, window)
                     row["bibw_GBps"] = 2 * size * window * n / elapsed / 1e9 if elapsed > 0 else None
                 wrong += bad
-            row["wrong"] = _sum_wrong(MPI, comm, np, rank, wrong)
+            row["wrong"] = sum_wrong(MPI, comm, np, rank, wrong)
             gc.collect()
             if rank == 0:
                 rows.append(row)
@@ -367,7 +367,7 @@ def format_p2p_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     out = []
     if meta:
         buffer = meta.get("buffer", "numpy")
-        words = _buffer_words(buffer, meta.get("devices"))
+        words = buffer_words(buffer, meta.get("devices"))
         out.append(f"# {meta['impl']} {meta.get('suite', 'p2p')}, {meta['nranks']} ranks, {words}")
         out.append(f"# MPI library: {meta.get('library', 'unknown')}")
         if buffer in DEVICE_BUFFER_KINDS:
@@ -377,15 +377,15 @@ def format_p2p_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     cells = [
         [
             str(r["size"]),
-            _fmt(r.get("latency_us"), ".2f"),
-            _fmt(r.get("bw_GBps"), ".4f"),
-            _fmt(r.get("bibw_GBps"), ".4f"),
+            format_cell(r.get("latency_us"), ".2f"),
+            format_cell(r.get("bw_GBps"), ".4f"),
+            format_cell(r.get("bibw_GBps"), ".4f"),
             str(r.get("wrong", 0)),
         ]
         for r in rows
     ]
     out.extend(format_columns(columns, cells))
-    out.append(_wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
+    out.append(wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
     return "\n".join(out)
 
 
@@ -442,9 +442,9 @@ def format_p2p_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict)
         b = b + "'"
     buf, ref_buf = meta.get("buffer", "numpy"), ref_meta.get("buffer", "numpy")
     if buf == ref_buf:
-        buffers = _buffer_words(buf, meta.get("devices"))
+        buffers = buffer_words(buf, meta.get("devices"))
     else:
-        mine, theirs = _buffer_words(buf, meta.get("devices")), _buffer_words(ref_buf, ref_meta.get("devices"))
+        mine, theirs = buffer_words(buf, meta.get("devices")), buffer_words(ref_buf, ref_meta.get("devices"))
         buffers = f"{a} on {mine}, {b} on {theirs}"
     out = [
         f"# {a} vs {b} {meta.get('suite', 'p2p')}, {meta['nranks']} ranks, {buffers}",
@@ -455,8 +455,8 @@ def format_p2p_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict)
         kind = m.get("buffer", "numpy")
         if kind in DEVICE_BUFFER_KINDS:
             out.append(transport_words(m).replace("# device transport", f"# {side} device transport", 1))
-        if kind != other and other in _REF_HOST_WHY and kind == "numpy":
-            out.append(f"# {side} ran on host numpy buffers: {_REF_HOST_WHY[other]}; "
+        if kind != other and other in REF_HOST_WHY and kind == "numpy":
+            out.append(f"# {side} ran on host numpy buffers: {REF_HOST_WHY[other]}; "
                        "the ratios compare device-to-device with host-to-host messages")
     out += [
         _method_line(meta),
@@ -478,21 +478,21 @@ def format_p2p_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict)
     cells = [
         [
             str(m["size"]),
-            _fmt(m["latency_us"], ".2f"),
-            _fmt(m["ref_latency_us"], ".2f"),
-            _fmt(m["speedup"], ".2f"),
-            _fmt(m["bw_GBps"], ".4f"),
-            _fmt(m["ref_bw_GBps"], ".4f"),
-            _fmt(m["bw_ratio"], ".2f"),
-            _fmt(m["bibw_GBps"], ".4f"),
-            _fmt(m["ref_bibw_GBps"], ".4f"),
-            _fmt(m["bibw_ratio"], ".2f"),
+            format_cell(m["latency_us"], ".2f"),
+            format_cell(m["ref_latency_us"], ".2f"),
+            format_cell(m["speedup"], ".2f"),
+            format_cell(m["bw_GBps"], ".4f"),
+            format_cell(m["ref_bw_GBps"], ".4f"),
+            format_cell(m["bw_ratio"], ".2f"),
+            format_cell(m["bibw_GBps"], ".4f"),
+            format_cell(m["ref_bibw_GBps"], ".4f"),
+            format_cell(m["bibw_ratio"], ".2f"),
             str(m["wrong"] + m["ref_wrong"]),
         ]
         for m in merged
     ]
     out.extend(format_columns(columns, cells))
-    out.append(_wrong_footer(sum(m["wrong"] + m["ref_wrong"] for m in merged)))
+    out.append(wrong_footer(sum(m["wrong"] + m["ref_wrong"] for m in merged)))
     return "\n".join(out)
 
 

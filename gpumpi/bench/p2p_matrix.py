@@ -38,19 +38,19 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 
 from ._common import (
-    _TAG_GO,
-    _TAG_MATRIX,
-    _TAG_STATS,
+    TAG_GO,
+    TAG_MATRIX,
+    TAG_STATS,
     DEVICE_BUFFER_KINDS,
     BenchError,
     Suite,
-    _DeviceMemory,
-    _pattern,
+    DeviceMemory,
+    fill_pattern,
     check_buffer_kind,
     default_sizes,
     parse_size,
 )
-from .report import _buffer_words, _fmt, _wrong_footer, format_columns, transport_words
+from .report import buffer_words, format_cell, wrong_footer, format_columns, transport_words
 
 #: Message sizes of the p2p-matrix suite (bytes).
 MATRIX_SIZES = (1 << 20, 16 << 20, 64 << 20)
@@ -130,7 +130,7 @@ def _count_wrong_device(np, arr, expected) -> int:
     return int(np.count_nonzero(arr.get() != expected))
 
 
-def _copy_time(np, mem: _DeviceMemory, size: int, pattern, reps: int, warmup: int, wtime) -> tuple[float, int]:
+def _copy_time(np, mem: DeviceMemory, size: int, pattern, reps: int, warmup: int, wtime) -> tuple[float, int]:
     """Median seconds of a device-to-device ``adapter.memcpy`` of ``size`` bytes on the
     current device, each waited for with ``stream_synchronize``; and the bytes of the
     destination that differ from ``pattern`` afterwards."""
@@ -161,20 +161,20 @@ def _copy_time(np, mem: _DeviceMemory, size: int, pattern, reps: int, warmup: in
     return statistics.median(times), wrong
 
 
-def _matrix_sender(MPI, comm, np, mem: _DeviceMemory, size: int, samples: int, keep: list) -> None:
+def _matrix_sender(MPI, comm, np, mem: DeviceMemory, size: int, samples: int, keep: list) -> None:
     """Rank 0: answer each 'go' of rank 1 with one message of ``size`` bytes from new buffers."""
     buf = mem.array(size)
     keep.append(buf)
-    buf.set(_pattern(np, size, 0))
+    buf.set(fill_pattern(np, size, 0))
     mem.sync()
     go, msg = [np.zeros(0, dtype=np.uint8), MPI.BYTE], [buf, MPI.BYTE]
     recv, send = comm.Recv, comm.Send
     for _ in range(samples):
-        recv(go, 1, _TAG_GO)
-        send(msg, 1, _TAG_MATRIX)
+        recv(go, 1, TAG_GO)
+        send(msg, 1, TAG_MATRIX)
 
 
-def _matrix_receiver(MPI, comm, np, mem: _DeviceMemory, size: int, warm: tuple[int, int], keep: list):
+def _matrix_receiver(MPI, comm, np, mem: DeviceMemory, size: int, warm: tuple[int, int], keep: list):
     """Rank 1: cold sample, then ``skip + iters`` warm samples into new buffers.
 
     Returns:
@@ -183,7 +183,7 @@ def _matrix_receiver(MPI, comm, np, mem: _DeviceMemory, size: int, warm: tuple[i
     n, w = warm
     buf = mem.array(size)
     keep.append(buf)
-    expected = _pattern(np, size, 0)
+    expected = fill_pattern(np, size, 0)
     complement = ~expected
     buf.set(complement)
     mem.sync()
@@ -192,8 +192,8 @@ def _matrix_receiver(MPI, comm, np, mem: _DeviceMemory, size: int, warm: tuple[i
 
     def sample() -> float:
         t0 = wtime()
-        send(go, 0, _TAG_GO)
-        recv(msg, 0, _TAG_MATRIX)
+        send(go, 0, TAG_GO)
+        recv(msg, 0, TAG_MATRIX)
         return wtime() - t0
 
     cold = sample()
@@ -274,7 +274,7 @@ def run_p2p_matrix_pair(
 
     import numpy as np
 
-    mem = _DeviceMemory(buffer, own=True)
+    mem = DeviceMemory(buffer, own=True)
     ndev = mem.adapter.device_count()
     for role, dev in (("source", src_device), ("destination", dst_device)):
         if not isinstance(dev, int) or not 0 <= dev < ndev:
@@ -295,7 +295,7 @@ def run_p2p_matrix_pair(
             samples = 1 + warm[0] + warm[1]
             if rank == 0:
                 _matrix_sender(MPI, comm, np, mem, size, samples, keep)
-                comm.Recv([stats.view(np.uint8), MPI.BYTE], 1, _TAG_STATS)
+                comm.Recv([stats.view(np.uint8), MPI.BYTE], 1, TAG_STATS)
                 cold, warm_s, copy_s, wrong = (float(v) for v in stats)
                 row = {
                     "src_device": src_device,
@@ -316,10 +316,10 @@ def run_p2p_matrix_pair(
                     progress(index, len(sizes), row)
             else:
                 cold, times, wrong = _matrix_receiver(MPI, comm, np, mem, size, warm, keep)
-                pattern = _pattern(np, size, 1)
+                pattern = fill_pattern(np, size, 1)
                 copy_s, bad = _copy_time(np, mem, size, pattern, copy[0], copy[1], wtime)
                 stats[:] = (cold, statistics.median(times), copy_s, wrong + bad)
-                comm.Send([stats.view(np.uint8), MPI.BYTE], 0, _TAG_STATS)
+                comm.Send([stats.view(np.uint8), MPI.BYTE], 0, TAG_STATS)
             gc.collect()
         comm.Barrier()  # every copy out of, or into, the peer's buffers is over before they are freed
     finally:
@@ -361,7 +361,7 @@ def _matrix_grid_lines(rows: Sequence[dict], ndev: int) -> list[str]:
         cell = {(r["src_device"], r["dst_device"]): r.get("warm_GBps") for r in rows if r["size"] == size}
         out.append(f"# warm bandwidth (GB/s) at {size} B: rows = src GPU, columns = dst GPU")
         columns = [("src\\dst", "")] + [(str(j), "") for j in range(ndev)]
-        cells = [[str(i)] + [_fmt(cell.get((i, j)), ".2f") for j in range(ndev)] for i in range(ndev)]
+        cells = [[str(i)] + [format_cell(cell.get((i, j)), ".2f") for j in range(ndev)] for i in range(ndev)]
         out.extend(ln for ln in format_columns(columns, cells) if ln.strip("# "))
     return out
 
@@ -386,15 +386,15 @@ def format_matrix_table(rows: Sequence[dict], meta: dict | None = None) -> str:
         kind = meta.get("buffer", "sim")
         what = "simulated device" if kind == "sim" else "GPU"
         count = f"{ndev} {what}{'s' if ndev != 1 else ''}" if isinstance(ndev, int) else "devices"
-        out.append(f"# {meta['impl']} p2p-matrix, {count}, {_buffer_words(kind)}")
+        out.append(f"# {meta['impl']} p2p-matrix, {count}, {buffer_words(kind)}")
         out.append(f"# MPI library: {meta.get('library', 'unknown')}")
         out.append(transport_words(meta))
     out.extend(_matrix_method_lines(rows, meta))
     columns = [("src", ""), ("dst", ""), ("size", "(B)"), ("cold", "(GB/s)"), ("warm", "(GB/s)"), ("copy", "(GB/s)"),
                ("warm/copy", "(%)"), ("#wrong", "")]  # fmt: skip
     cells = [
-        [str(r["src_device"]), str(r["dst_device"]), str(r["size"]), _fmt(r.get("cold_GBps"), ".4f"),
-         _fmt(r.get("warm_GBps"), ".4f"), _fmt(r.get("copy_GBps"), ".4f"), _fmt(r.get("warm_pct_copy"), ".1f"),
+        [str(r["src_device"]), str(r["dst_device"]), str(r["size"]), format_cell(r.get("cold_GBps"), ".4f"),
+         format_cell(r.get("warm_GBps"), ".4f"), format_cell(r.get("copy_GBps"), ".4f"), format_cell(r.get("warm_pct_copy"), ".1f"),
          str(r.get("wrong", 0))]
         for r in rows
     ]  # fmt: skip
@@ -403,7 +403,7 @@ def format_matrix_table(rows: Sequence[dict], meta: dict | None = None) -> str:
         ndev = 1 + max([max(r["src_device"], r["dst_device"]) for r in rows] or [0])
     if ndev > 1:
         out.extend(_matrix_grid_lines(rows, ndev))
-    out.append(_wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
+    out.append(wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
     return "\n".join(out)
 
 

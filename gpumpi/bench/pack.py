@@ -31,17 +31,17 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 
 from ._common import (
-    _TAG_ACK,
-    _TAG_STRIDED,
+    TAG_ACK,
+    TAG_STRIDED,
     BenchError,
     Suite,
-    _Buffers,
-    _pair_sync,
-    _sum_wrong,
+    HostBuffers,
+    pair_sync,
+    sum_wrong,
     check_buffer_kind,
     parse_size,
 )
-from .report import _buffer_words, _fmt, _fmt_ratio, _ranks_words, _wrong_footer, format_columns, ratio
+from .report import buffer_words, format_cell, fmt_ratio, ranks_words, wrong_footer, format_columns, ratio
 
 #: Packed bytes per datatype in the pack suite (TEMPI's 1 MiB objects).
 PACK_BYTES = 1 << 20
@@ -205,7 +205,7 @@ def _strided_send(MPI, comm, np, rank: int, block: int, nbytes: int, reps: int, 
     src = _pack_source(np, 2 * nbytes)
     ref = src.reshape(nblocks, 2 * block)[:, :block].ravel()
     ack = [np.zeros(4, dtype=np.uint8), MPI.BYTE]
-    sync = _Buffers(np, [0], 1, False)
+    sync = HostBuffers(np, [0], 1, False)
     dtype = MPI.BYTE.Create_vector(nblocks, block, 2 * block).Commit()
     lb, extent = dtype.Get_extent()
     times: dict[str, float | None] = {}
@@ -221,30 +221,30 @@ def _strided_send(MPI, comm, np, rank: int, block: int, nbytes: int, reps: int, 
             copyto = np.copyto
 
             def by_type():
-                send([src, 1, dtype], 1, _TAG_STRIDED)
-                recv(ack, 1, _TAG_ACK)
+                send([src, 1, dtype], 1, TAG_STRIDED)
+                recv(ack, 1, TAG_ACK)
 
             def by_hand():
                 copyto(packed_words, src_words)
-                send([packed, MPI.BYTE], 1, _TAG_STRIDED)
-                recv(ack, 1, _TAG_ACK)
+                send([packed, MPI.BYTE], 1, TAG_STRIDED)
+                recv(ack, 1, TAG_ACK)
 
             for mode, fn in (("dtype", by_type), ("manual", by_hand)):
-                _pair_sync(MPI, comm, sync, rank)
+                pair_sync(MPI, comm, sync, rank)
                 times[mode], _ = _median_call(fn, (), reps, warmup, MPI.Wtime)
         else:
             rbuf = np.zeros(nbytes, dtype=np.uint8)
             rmsg = [rbuf, MPI.BYTE]
             for _mode in ("dtype", "manual"):
                 rbuf[:] = 0
-                _pair_sync(MPI, comm, sync, rank)
+                pair_sync(MPI, comm, sync, rank)
                 for _ in range(warmup + reps):
-                    comm.Recv(rmsg, 0, _TAG_STRIDED)
-                    comm.Send(ack, 0, _TAG_ACK)
+                    comm.Recv(rmsg, 0, TAG_STRIDED)
+                    comm.Send(ack, 0, TAG_ACK)
                 wrong += int(np.count_nonzero(rbuf != ref))
     finally:
         dtype.Free()
-    wrong = _sum_wrong(MPI, comm, np, rank, wrong)
+    wrong = sum_wrong(MPI, comm, np, rank, wrong)
     return {
         "test": "strided-send",
         "type": "vector",
@@ -433,7 +433,7 @@ def format_pack_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     """
     out = []
     if meta:
-        out.append(f"# {meta['impl']} pack, {_ranks_words(meta['nranks'])}, {_buffer_words(meta.get('buffer', 'numpy'))}")
+        out.append(f"# {meta['impl']} pack, {ranks_words(meta['nranks'])}, {buffer_words(meta.get('buffer', 'numpy'))}")
         out.append(f"# MPI library: {meta.get('library', 'unknown')}")
     packs, sends = _pack_rows(rows), _send_rows(rows)
     if packs:
@@ -441,8 +441,8 @@ def format_pack_table(rows: Sequence[dict], meta: dict | None = None) -> str:
         columns = [("type", ""), ("block", "(B)"), ("extent", "(B)"), ("pack", "(GB/s)"), ("unpack", "(GB/s)"),
                    ("first", "(ms)"), ("create", "(ms)"), ("#wrong", "")]  # fmt: skip
         cells = [
-            [r["type"], str(r["block"]), str(r["extent"]), _fmt(r.get("pack_GBps"), ".4f"),
-             _fmt(r.get("unpack_GBps"), ".4f"), _fmt(r.get("first_ms"), ".3f"), _fmt(r.get("create_ms"), ".3f"),
+            [r["type"], str(r["block"]), str(r["extent"]), format_cell(r.get("pack_GBps"), ".4f"),
+             format_cell(r.get("unpack_GBps"), ".4f"), format_cell(r.get("first_ms"), ".3f"), format_cell(r.get("create_ms"), ".3f"),
              str(r.get("wrong", 0))]
             for r in packs
         ]  # fmt: skip
@@ -451,11 +451,11 @@ def format_pack_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     if sends:
         columns = [("block", "(B)"), ("dtype", "(GB/s)"), ("manual", "(GB/s)"), ("#wrong", "")]
         cells = [
-            [str(r["block"]), _fmt(r.get("dtype_GBps"), ".4f"), _fmt(r.get("manual_GBps"), ".4f"), str(r.get("wrong", 0))]
+            [str(r["block"]), format_cell(r.get("dtype_GBps"), ".4f"), format_cell(r.get("manual_GBps"), ".4f"), str(r.get("wrong", 0))]
             for r in sends
         ]
         out.extend(format_columns(columns, cells))
-    out.append(_wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
+    out.append(wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
     return "\n".join(out)
 
 
@@ -516,7 +516,7 @@ def format_pack_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict
         b = b + "'"
     nranks = min(int(meta.get("nranks", 1)), int(ref_meta.get("nranks", 1)))
     out = [
-        f"# {a} vs {b} pack, {_ranks_words(meta['nranks'])}, {_buffer_words(meta.get('buffer', 'numpy'))}",
+        f"# {a} vs {b} pack, {ranks_words(meta['nranks'])}, {buffer_words(meta.get('buffer', 'numpy'))}",
         f"# {a} MPI library: {meta.get('library', 'unknown')}",
         f"# {b} MPI library: {ref_meta.get('library', 'unknown')}",
     ]
@@ -533,9 +533,9 @@ def format_pack_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict
         ]  # fmt: skip
         cells = [
             [m["type"], str(m["block"]),
-             _fmt(m["pack_GBps"], ".4f"), _fmt(m["ref_pack_GBps"], ".4f"), _fmt_ratio(m["pack_ratio"]),
-             _fmt(m["unpack_GBps"], ".4f"), _fmt(m["ref_unpack_GBps"], ".4f"), _fmt_ratio(m["unpack_ratio"]),
-             _fmt(m["first_ms"], ".3f"), _fmt(m["ref_first_ms"], ".3f"), _fmt_ratio(m["first_speedup"]),
+             format_cell(m["pack_GBps"], ".4f"), format_cell(m["ref_pack_GBps"], ".4f"), fmt_ratio(m["pack_ratio"]),
+             format_cell(m["unpack_GBps"], ".4f"), format_cell(m["ref_unpack_GBps"], ".4f"), fmt_ratio(m["unpack_ratio"]),
+             format_cell(m["first_ms"], ".3f"), format_cell(m["ref_first_ms"], ".3f"), fmt_ratio(m["first_speedup"]),
              str(m["wrong"] + m["ref_wrong"])]
             for m in packs
         ]  # fmt: skip
@@ -551,14 +551,14 @@ def format_pack_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict
         ]  # fmt: skip
         cells = [
             [str(m["block"]),
-             _fmt(m["dtype_GBps"], ".4f"), _fmt(m["ref_dtype_GBps"], ".4f"), _fmt_ratio(m["dtype_ratio"]),
-             _fmt(m["manual_GBps"], ".4f"), _fmt(m["ref_manual_GBps"], ".4f"), _fmt_ratio(m["manual_ratio"]),
+             format_cell(m["dtype_GBps"], ".4f"), format_cell(m["ref_dtype_GBps"], ".4f"), fmt_ratio(m["dtype_ratio"]),
+             format_cell(m["manual_GBps"], ".4f"), format_cell(m["ref_manual_GBps"], ".4f"), fmt_ratio(m["manual_ratio"]),
              str(m["wrong"] + m["ref_wrong"])]
             for m in sends
         ]  # fmt: skip
         out.extend(format_columns(columns, cells))
     out.append(_extent_footer(merged, a, b))
-    out.append(_wrong_footer(sum(m["wrong"] + m["ref_wrong"] for m in merged)))
+    out.append(wrong_footer(sum(m["wrong"] + m["ref_wrong"] for m in merged)))
     return "\n".join(out)
 
 

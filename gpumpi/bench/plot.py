@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ._common import BenchError, default_sizes
-from .report import _buffer_words, _ranks_words
+from .report import buffer_words, ranks_words
 
 #: Largest message of the ``--plot`` sweep when ``--sizes`` is not given (64 KiB).
 PLOT_MAX_SIZE = 64 << 10
@@ -224,11 +224,11 @@ def chart_title(results) -> str:
     who = " vs ".join(impls)
     kinds = [(d.get("impl", "p2p"), d.get("buffer", "numpy"), d.get("devices")) for d in docs]
     if len({k for _, k, _ in kinds}) == 1:
-        buffers = _buffer_words(kinds[0][1], kinds[0][2])
+        buffers = buffer_words(kinds[0][1], kinds[0][2])
     else:
-        buffers = ", ".join(f"{impl} on {_buffer_words(kind, dev)}" for impl, kind, dev in kinds)
+        buffers = ", ".join(f"{impl} on {buffer_words(kind, dev)}" for impl, kind, dev in kinds)
     nranks = docs[0].get("nranks")
-    ranks = f", {_ranks_words(nranks)}" if nranks is not None else ""
+    ranks = f", {ranks_words(nranks)}" if nranks is not None else ""
     title = f"{who}: p2p one-way latency{ranks}, {buffers}"
     hosts = list(dict.fromkeys(d["host"] for d in docs if d.get("host")))
     if hosts:

@@ -8,7 +8,7 @@ A suite's rows are plain dicts (one per size or per measurement) and a run's
 rows}``) carries a run and a ``--compare`` run carries both runs plus the merged rows.
 Tables are text: two ``#`` header lines (column names, units) and right-aligned cells
 from :func:`format_columns`, a missing value printed as ``-``, and a closing
-``# Wrong values : N OK|FAILED`` line (:func:`_wrong_footer`).  Ratios are oriented so
+``# Wrong values : N OK|FAILED`` line (:func:`wrong_footer`).  Ratios are oriented so
 that a value above 1 means the implementation under test is better (:func:`ratio` does
 the division; each suite says which way round).  Each suite formats its own table from
 these pieces; this module knows no suite's columns and imports no suite.
@@ -99,20 +99,20 @@ _BUFFER_WORDS = {
 }
 
 # why --compare mpi4py runs on host numpy buffers when gpumpi runs on device buffers
-_REF_HOST_WHY = {
+REF_HOST_WHY = {
     "sim": "mpi4py cannot take gpumpi's simulated device memory",
     "cupy": "mpi4py takes CuPy arrays only over a CUDA-aware MPI, which pip's MPICH is not",
 }
 
 
-def _buffer_words(buffer: str, devices=None) -> str:
+def buffer_words(buffer: str, devices=None) -> str:
     words = _BUFFER_WORDS.get(buffer, f"{buffer} buffers")
     if buffer == "cupy" and isinstance(devices, (list, tuple)) and len(devices) >= 2:
         words += f", rank 0 on GPU {devices[0]}, rank 1 on GPU {devices[1]}"
     return words
 
 
-def _ranks_words(nranks) -> str:
+def ranks_words(nranks) -> str:
     return f"{nranks} rank" if int(nranks) == 1 else f"{nranks} ranks"
 
 
@@ -133,17 +133,17 @@ def transport_words(meta: dict | None) -> str:
 # ---------------------------------------------------------------- cells and columns
 
 
-def _fmt(value, spec: str) -> str:
+def format_cell(value, spec: str) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     return format(value, spec)
 
 
-def _fmt_ratio(value) -> str:
+def fmt_ratio(value) -> str:
     """Two decimals, or two significant digits below 0.1 (a 1000x slowdown is not 0.00)."""
     if value is not None and 0 < value < 0.1:
-        return _fmt(value, ".2g")
-    return _fmt(value, ".2f")
+        return format_cell(value, ".2g")
+    return format_cell(value, ".2f")
 
 
 def format_columns(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -170,7 +170,7 @@ def format_columns(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[s
     return out
 
 
-def _wrong_footer(total: int) -> str:
+def wrong_footer(total: int) -> str:
     return f"# Wrong values : {total} {'OK' if total == 0 else 'FAILED'}"
 
 

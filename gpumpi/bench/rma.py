@@ -34,7 +34,7 @@ The suite follows the OSU one-sided benchmarks (``osu_put_latency``, ``osu_get_l
   fetched value may be read; ``time`` is one pair (OSU's ``osu_fop_latency`` and
   ``osu_cas_latency``; 1 / time is the rate).
 * validation, after each timed loop: a put leaves in the target slot the pattern of
-  :func:`~gpumpi.bench._common._pattern` seeded by the slot (the target started from
+  :func:`~gpumpi.bench._common.fill_pattern` seeded by the slot (the target started from
   its complement); a get leaves the target's pattern in the origin slot (likewise);
   an accumulate leaves ``(skip + iters) * hits * value`` in each float64 of a slot,
   exact in float64 (:func:`acc_expected`); ``Fetch_and_op`` fetches ``0, 1, 2 ...``
@@ -59,22 +59,22 @@ import gc
 from collections.abc import Callable, Iterable, Sequence
 
 from ._common import (
-    _ALIGN,
+    ALIGN,
     BUFFER_KINDS,
     DEVICE_BUFFER_KINDS,
     RECV_CAP,
     WINDOW,
     BenchError,
     Suite,
-    _DeviceMemory,
-    _pattern,
-    _stride,
-    _sum_wrong,
+    DeviceMemory,
+    fill_pattern,
+    slot_stride,
+    sum_wrong,
     check_buffer_kind,
     check_device_buffers,
     parse_size,
 )
-from .report import _buffer_words, _fmt, _fmt_ratio, _ranks_words, _wrong_footer, format_columns, library_version, ratio
+from .report import buffer_words, format_cell, fmt_ratio, ranks_words, wrong_footer, format_columns, library_version, ratio
 from .report import transport_words
 
 #: The tests of the suite, in the order they run and print.
@@ -270,14 +270,14 @@ def plan_slots(test: str, size: int) -> int:
     """Slots of one measurement on each side: ``min(64, RECV_CAP // stride)`` for a bandwidth test, else 1."""
     if test not in BANDWIDTH:
         return 1
-    return max(1, min(WINDOW, RECV_CAP // _stride(size)))
+    return max(1, min(WINDOW, RECV_CAP // slot_stride(size)))
 
 
 def window_bytes(plans: Sequence[tuple[str, int]]) -> int:
     """Bytes of the window (on each rank) that serves every measurement of ``plans``."""
-    need = _ALIGN
+    need = ALIGN
     for test, size in plans:
-        need = max(need, plan_slots(test, size) * _stride(size) if test in BANDWIDTH else size)
+        need = max(need, plan_slots(test, size) * slot_stride(size) if test in BANDWIDTH else size)
     return need
 
 
@@ -311,7 +311,7 @@ class _Memory:
 
     def __init__(self, np, kind: str):
         self.np, self.kind = np, kind
-        self.dev = _DeviceMemory(kind, own=True) if kind in DEVICE_BUFFER_KINDS else None
+        self.dev = DeviceMemory(kind, own=True) if kind in DEVICE_BUFFER_KINDS else None
 
     def zeros(self, n: int, dtype):
         n = max(int(n), 1)
@@ -384,14 +384,14 @@ def _target_image(np, test: str, size: int, nslots: int, count: int):
     if test in ATOMIC:
         return [(0, np.zeros(1, np.int64).view(np.uint8))]
     if test == "put_lat":
-        return [(0, ~_pattern(np, size, 0))]
+        return [(0, ~fill_pattern(np, size, 0))]
     if test == "get_lat":
-        return [(0, _pattern(np, size, 1))]
-    stride = _stride(size)
+        return [(0, fill_pattern(np, size, 1))]
+    stride = slot_stride(size)
     if test == "acc_bw":
         return [(k * stride, np.zeros(count, np.float64).view(np.uint8)) for k in range(nslots)]
     flip = test == "put_bw"
-    return [(k * stride, ~_pattern(np, size, _slot_seed(k)) if flip else _pattern(np, size, _slot_seed(k)))
+    return [(k * stride, ~fill_pattern(np, size, _slot_seed(k)) if flip else fill_pattern(np, size, _slot_seed(k)))
             for k in range(nslots)]  # fmt: skip
 
 
@@ -400,15 +400,15 @@ def _target_wrong(np, test: str, size: int, nslots: int, count: int, total: int,
     if test in ATOMIC:
         return int(got[:8].view(np.int64)[0] != total)
     if test == "put_lat":
-        return int(np.count_nonzero(got[:size] != _pattern(np, size, 0)))
-    stride = _stride(size)
+        return int(np.count_nonzero(got[:size] != fill_pattern(np, size, 0)))
+    stride = slot_stride(size)
     wrong = 0
     for k in range(nslots):
         piece = got[k * stride : k * stride + (count * 8 if test == "acc_bw" else size)]
         if test == "acc_bw":
             wrong += int(np.count_nonzero(piece.view(np.float64) != acc_expected(np, count, k, nslots, total)))
         elif test == "put_bw":
-            wrong += int(np.count_nonzero(piece != _pattern(np, size, _slot_seed(k))))
+            wrong += int(np.count_nonzero(piece != fill_pattern(np, size, _slot_seed(k))))
     return wrong
 
 
@@ -425,7 +425,7 @@ def _target_side(MPI, win: _Window, memory: _Memory, test: str, size: int, nslot
     pair.Barrier()  # the origin's epoch is over
     if test in ("get_lat", "get_bw"):
         return 0
-    extent = 8 if test in ATOMIC else (nslots - 1) * _stride(size) + size
+    extent = 8 if test in ATOMIC else (nslots - 1) * slot_stride(size) + size
     win.win.Lock(me, MPI.LOCK_SHARED)
     got = memory.get(win.mem[:extent]) if extent else np.zeros(0, np.uint8)
     win.win.Unlock(me)
@@ -451,7 +451,7 @@ class _Origin:
 
 def _origin_fill(np, origin: _Origin, test: str, size: int, nslots: int, count: int, total: int):
     """Fill rank 0's buffers for a measurement; returns the views the timed loop uses."""
-    memory, stride = origin.memory, _stride(size)
+    memory, stride = origin.memory, slot_stride(size)
     if test in ATOMIC:
         host = np.zeros(3 * total + 1, np.int64)
         host[0] = 1  # Fetch_and_op's operand
@@ -473,13 +473,13 @@ def _origin_fill(np, origin: _Origin, test: str, size: int, nslots: int, count: 
         memory.put(origin.acc[: nslots * per], host)
         return [origin.acc[k * per : k * per + count] for k in range(nslots)]
     if test in ("put_lat", "get_lat"):
-        data = _pattern(np, size, 0) if test == "put_lat" else ~_pattern(np, size, 1)
+        data = fill_pattern(np, size, 0) if test == "put_lat" else ~fill_pattern(np, size, 1)
         if size:
             memory.put(origin.bytes[:size], data)
         return [origin.bytes[:size]]
     host = np.zeros((nslots, stride), np.uint8)
     for k in range(nslots):
-        p = _pattern(np, size, _slot_seed(k))
+        p = fill_pattern(np, size, _slot_seed(k))
         host[k, :size] = p if test == "put_bw" else ~p
     memory.put(origin.bytes[: nslots * stride], host.ravel())
     return [origin.bytes[k * stride : k * stride + size] for k in range(nslots)]
@@ -491,11 +491,11 @@ def _origin_wrong(np, origin: _Origin, test: str, size: int, nslots: int, total:
         got = memory.get(origin.atom[2 * total + 1 : 3 * total + 1])
         return int(np.count_nonzero(got != np.arange(total)))
     if test == "get_lat":
-        return int(np.count_nonzero(memory.get(origin.bytes[:size]) != _pattern(np, size, 1))) if size else 0
+        return int(np.count_nonzero(memory.get(origin.bytes[:size]) != fill_pattern(np, size, 1))) if size else 0
     if test == "get_bw":
-        stride = _stride(size)
+        stride = slot_stride(size)
         got = memory.get(origin.bytes[: nslots * stride]).reshape(nslots, stride)
-        return sum(int(np.count_nonzero(got[k, :size] != _pattern(np, size, _slot_seed(k)))) for k in range(nslots))
+        return sum(int(np.count_nonzero(got[k, :size] != fill_pattern(np, size, _slot_seed(k)))) for k in range(nslots))
     return 0
 
 
@@ -522,7 +522,7 @@ def _timed(MPI, win, test: str, views, n: int, w: int, nslots: int, size: int) -
             cas(o, c, r, target, 0)
             flush_local(target)
     elif test == "acc_bw":
-        acc, stride = win.Accumulate, _stride(size)
+        acc, stride = win.Accumulate, slot_stride(size)
         calls = [([views[j % nslots], MPI.DOUBLE], (j % nslots) * stride) for j in range(WINDOW)]
         for i in range(n + w):
             if i == w:
@@ -531,7 +531,7 @@ def _timed(MPI, win, test: str, views, n: int, w: int, nslots: int, size: int) -
                 acc(o, target, d, SUM)
             flush(target)
     elif test in BANDWIDTH:
-        op, stride = (win.Put if test == "put_bw" else win.Get), _stride(size)
+        op, stride = (win.Put if test == "put_bw" else win.Get), slot_stride(size)
         calls = [([views[j % nslots], MPI.BYTE], (j % nslots) * stride) for j in range(WINDOW)]
         for i in range(n + w):
             if i == w:
@@ -679,7 +679,7 @@ def run_rma(
         origin = _Origin(memory, plans, natomic) if rank == 0 else None
         for index, ((test, size), (n, w)) in enumerate(zip(plans, counts)):
             elapsed, wrong = _measure(MPI, pair, rank, win, memory, origin, test, size, n, w)
-            wrong = _sum_wrong(MPI, pair, np, rank, wrong)
+            wrong = sum_wrong(MPI, pair, np, rank, wrong)
             gc.collect()
             if rank == 0:
                 row = make_row(test, size, elapsed, n, w, wrong)
@@ -759,7 +759,7 @@ def format_rma_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     out = []
     if meta:
         buffer = meta.get("buffer", "numpy")
-        out.append(f"# {meta['impl']} rma, {_ranks_words(meta['nranks'])}, {_buffer_words(buffer)}, {_window_words(meta)}")
+        out.append(f"# {meta['impl']} rma, {ranks_words(meta['nranks'])}, {buffer_words(buffer)}, {_window_words(meta)}")
         out.append(f"# MPI library: {meta.get('library', 'unknown')}")
         if buffer in DEVICE_BUFFER_KINDS:
             out.append(transport_words(meta))
@@ -768,10 +768,10 @@ def format_rma_table(rows: Sequence[dict], meta: dict | None = None) -> str:
     out.extend(_method_lines())
     for test in _tests_of(rows):
         out.append(f"# {test}: {CALLS[test]}")
-        cells = [[str(r["size"]), _fmt(r.get("time_us"), ".2f"), _fmt(r.get("bw_MBps"), ".2f"), str(r.get("wrong", 0))]
+        cells = [[str(r["size"]), format_cell(r.get("time_us"), ".2f"), format_cell(r.get("bw_MBps"), ".2f"), str(r.get("wrong", 0))]
                  for r in rows if r["rma"] == test]  # fmt: skip
         out.extend(format_columns(_COLUMNS, cells))
-    out.append(_wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
+    out.append(wrong_footer(sum(int(r.get("wrong", 0)) for r in rows)))
     return "\n".join(out)
 
 
@@ -822,9 +822,9 @@ def format_rma_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict)
     if a == b:
         b = b + "'"
     buf, ref_buf = meta.get("buffer", "numpy"), ref_meta.get("buffer", "numpy")
-    buffers = _buffer_words(buf) if buf == ref_buf else f"{a} on {_buffer_words(buf)}, {b} on {_buffer_words(ref_buf)}"
+    buffers = buffer_words(buf) if buf == ref_buf else f"{a} on {buffer_words(buf)}, {b} on {buffer_words(ref_buf)}"
     out = [
-        f"# {a} vs {b} rma, {_ranks_words(meta['nranks'])}, {buffers}, {_window_words(meta)}",
+        f"# {a} vs {b} rma, {ranks_words(meta['nranks'])}, {buffers}, {_window_words(meta)}",
         f"# {a} MPI library: {meta.get('library', 'unknown')}",
         f"# {b} MPI library: {ref_meta.get('library', 'unknown')}",
     ]
@@ -840,11 +840,11 @@ def format_rma_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict)
                (f"bw {a}", "(MB/s)"), (f"bw {b}", "(MB/s)"), ("#wrong", "")]  # fmt: skip
     for test in _tests_of(merged):
         out.append(f"# {test}: {CALLS[test]}")
-        cells = [[str(m["size"]), _fmt(m["time_us"], ".2f"), _fmt(m["ref_time_us"], ".2f"), _fmt_ratio(m["speedup"]),
-                  _fmt(m["bw_MBps"], ".2f"), _fmt(m["ref_bw_MBps"], ".2f"), str(m["wrong"] + m["ref_wrong"])]
+        cells = [[str(m["size"]), format_cell(m["time_us"], ".2f"), format_cell(m["ref_time_us"], ".2f"), fmt_ratio(m["speedup"]),
+                  format_cell(m["bw_MBps"], ".2f"), format_cell(m["ref_bw_MBps"], ".2f"), str(m["wrong"] + m["ref_wrong"])]
                  for m in merged if m["rma"] == test]  # fmt: skip
         out.extend(format_columns(columns, cells))
-    out.append(_wrong_footer(sum(m["wrong"] + m["ref_wrong"] for m in merged)))
+    out.append(wrong_footer(sum(m["wrong"] + m["ref_wrong"] for m in merged)))
     return "\n".join(out)
 
 

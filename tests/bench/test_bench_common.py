@@ -75,7 +75,7 @@ def test_cupy_status_names_what_is_missing():
 
 def test_pattern_and_sentinel_differ_everywhere():
     np = pytest.importorskip("numpy")
-    bufs = _common._Buffers(np, [0, 1, 1000, 4096], window=4, distinct=True)
+    bufs = _common.HostBuffers(np, [0, 1, 1000, 4096], window=4, distinct=True)
     for size in (1, 1000, 4096):
         sent = bufs.prepare_send(size, 0)
         slots = bufs.recv_slots(size, 4, 0)
@@ -86,5 +86,5 @@ def test_pattern_and_sentinel_differ_everywhere():
         slots[2][size // 2] ^= 1
         assert bufs.count_wrong(slots, size, 0, 4) == 1
     # the patterns of the two ranks, and of different sizes, differ
-    assert not np.array_equal(_common._pattern(np, 64, 0), _common._pattern(np, 64, 1))
-    assert not np.array_equal(_common._pattern(np, 64, 0), _common._pattern(np, 128, 0)[:64])
+    assert not np.array_equal(_common.fill_pattern(np, 64, 0), _common.fill_pattern(np, 64, 1))
+    assert not np.array_equal(_common.fill_pattern(np, 64, 0), _common.fill_pattern(np, 128, 0)[:64])

@@ -225,7 +225,7 @@ def test_wrong_values_are_counted(tmp_path):
                     return getattr(self._c, name)
                 def Recv(self, buf, source, tag):
                     self._c.Recv(buf, source, tag)
-                    if tag == _common._TAG_LAT and len(buf[0]):
+                    if tag == _common.TAG_LAT and len(buf[0]):
                         buf[0][0] ^= 0xFF
 
             MPI = types.SimpleNamespace(COMM_WORLD=Comm(_M.COMM_WORLD), BYTE=_M.BYTE, Wtime=_M.Wtime,
@@ -337,7 +337,7 @@ def test_p2p_sim_compare_mpi4py_on_host_buffers(tmp_path):
 
 
 def _corrupt_p2p():
-    return p2p.run_p2p(corrupting_mpi(_common._TAG_LAT), [0, 8, 1024], iters=2, skip=1, buffer="sim", tests=("latency",))
+    return p2p.run_p2p(corrupting_mpi(_common.TAG_LAT), [0, 8, 1024], iters=2, skip=1, buffer="sim", tests=("latency",))
 
 
 def test_wrong_device_bytes_are_counted():

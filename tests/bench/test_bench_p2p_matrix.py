@@ -95,7 +95,7 @@ def test_p2p_matrix_sim_quick_through_the_cli(tmp_path):
 
 
 def _corrupt_matrix():
-    mpi = corrupting_mpi(_common._TAG_MATRIX)
+    mpi = corrupting_mpi(_common.TAG_MATRIX)
     return p2p_matrix.run_p2p_matrix_pair(mpi, 0, 0, [4096, 1 << 20], buffer="sim", iters=2, skip=1)
 
 
