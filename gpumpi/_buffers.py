@@ -71,7 +71,7 @@ from ._arrays import (
     nd_bytes,
 )
 from .constants import BOTTOM, PROC_NULL
-from .datatypes._core import _PREDEFINED_COMBINERS, Datatype
+from .datatypes._core import PREDEFINED_COMBINERS, Datatype
 from .datatypes.flatten import sigcode
 from .datatypes.predefined import lookup_typecode
 from .errors import ERR_TYPE, error
@@ -199,7 +199,7 @@ def _index(value, call: str) -> int:
         raise TypeError(f"{_prefix(call)}{exc}") from None
 
 
-def _chkarray(ob, n: int, call: str) -> tuple:
+def check_array(ob, n: int, call: str) -> tuple:
     values = tuple(_index(ob[i], call) for i in range(len(ob)))
     if len(values) != n:
         raise ValueError(f"{_prefix(call)}expecting {n} items, got {len(values)}")
@@ -264,7 +264,7 @@ def _bounds(datatype: Datatype, start: int, n: int) -> tuple[int, int]:
 
 
 def _check_bottom(datatype: Datatype, count: int, call: str) -> None:
-    if datatype._combiner in _PREDEFINED_COMBINERS or datatype._true_lb <= 0:
+    if datatype._combiner in PREDEFINED_COMBINERS or datatype._true_lb <= 0:
         raise ValueError(f"{_prefix(call)}message: BOTTOM buffer needs a datatype built from absolute "
                          f"addresses (got {datatype._rec.name or repr(datatype)}, count {count}, "
                          f"true lb {datatype._true_lb})")
@@ -410,7 +410,7 @@ def _strided_message(sv: StridedView, o_count, o_displ, o_type, readonly: bool, 
         raise BufferError(f"{_prefix(call)}buffer is not writable (read-only {type(sv.obj).__name__})")
     first = sv.addr
     given = None if o_type is None else _asdatatype(o_type, call)
-    if given is not None and (given._combiner not in _PREDEFINED_COMBINERS or given._size != sv.itemsize):
+    if given is not None and (given._combiner not in PREDEFINED_COMBINERS or given._size != sv.itemsize):
         if given._size is None or given._rec.freed:
             _invalid(given, call)
         if o_count is None:
@@ -600,7 +600,7 @@ def message_vector(spec, readonly: bool, rank: int, blocks: int, call: str = "")
     elif _is_integral(o_counts):
         counts = (_index(o_counts, call),) * blocks
     else:
-        counts = _chkarray(o_counts, blocks, call)
+        counts = check_array(o_counts, blocks, call)
     if o_displs is None:
         acc, displs = 0, []
         for c in counts:
@@ -611,7 +611,7 @@ def message_vector(spec, readonly: bool, rank: int, blocks: int, call: str = "")
         stride = _index(o_displs, call)
         displs = tuple(stride * i for i in range(blocks))
     else:
-        displs = _chkarray(o_displs, blocks, call)
+        displs = check_array(o_displs, blocks, call)
     for c in counts:
         if c < 0:
             raise ValueError(f"{_prefix(call)}message: negative count {c}")

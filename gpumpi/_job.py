@@ -110,8 +110,8 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_PTRACER = 0x59616D61
 _PR_SET_PTRACER_ANY = ctypes.c_ulong(-1).value
 
-_TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_FORWARD_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FORWARD_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 _prctl_fn: list = []
 
@@ -404,7 +404,7 @@ class Job:
             out = err = None
             if self.tag_output:
                 out, err = self._output_pipes(st.rank)
-            _flush_stdio()  # else the child would write the parent's buffered text again
+            flush_stdio()  # else the child would write the parent's buffered text again
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
@@ -447,7 +447,7 @@ class Job:
             with contextlib.suppress(BaseException):
                 sys.stderr.write(f"[rank {rank}] " + traceback.format_exc())
         finally:
-            _flush_stdio()
+            flush_stdio()
             os._exit(0 if code is None else code if isinstance(code, int) and 0 <= code <= 255 else 1)
 
     # --- signals -----------------------------------------------------------------------
@@ -602,7 +602,7 @@ class Job:
 
     def _on_signal(self, sig: int) -> None:
         live = self._live()
-        if sig in _FORWARD_SIGNALS:
+        if sig in FORWARD_SIGNALS:
             self._send(sig, live)
             return
         if self._cause is None:
@@ -750,7 +750,7 @@ def _drain_wake(fd: int) -> None:
         return
 
 
-def _flush_stdio() -> None:
+def flush_stdio() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:

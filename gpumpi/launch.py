@@ -26,15 +26,15 @@ from typing import Sequence
 
 from . import _config
 from ._job import (  # noqa: F401  (Job, Outcome and RankState: this module's public names before _job existed)
-    _FORWARD_SIGNALS,
-    _TEARDOWN_SIGNALS,
+    FORWARD_SIGNALS,
+    TEARDOWN_SIGNALS,
     DEFAULT_GRACE,
     EXIT_TIMEOUT,
     EXIT_USAGE,
     Job,
     Outcome,
     RankState,
-    _flush_stdio,
+    flush_stdio,
 )
 from ._version import __version__
 
@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmd = [sys.executable, *cmd]
 
     def log(message: str) -> None:
-        _flush_stdio()
+        flush_stdio()
         print(message, file=sys.stderr, flush=True)
 
     try:
@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {}
     try:
         if threading.current_thread() is threading.main_thread():
-            for sig in (*_TEARDOWN_SIGNALS, *_FORWARD_SIGNALS):
+            for sig in (*TEARDOWN_SIGNALS, *FORWARD_SIGNALS):
                 previous[sig] = signal.signal(sig, lambda signum, frame: job.signal_received(signum))
         try:
             job.start_commands(cmd)

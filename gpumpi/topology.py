@@ -107,7 +107,7 @@ def _divisors(m: int) -> list:
     return small + large[::-1]
 
 
-def _iroot(m: int, k: int) -> int:
+def inter_root(m: int, k: int) -> int:
     """floor(m ** (1/k)), exactly."""
     r = int(round(m ** (1.0 / k)))
     while r ** k > m:
@@ -146,7 +146,7 @@ def _balanced(m: int, k: int) -> list:
                 continue
             mx = top if top is not None else d
             # the smallest factor is at most the left-th root of what remains after d
-            floor_min = _iroot(rest // d, left - 1)
+            floor_min = inter_root(rest // d, left - 1)
             if best[0] is not None and mx - min(d, floor_min) > best[0][0]:
                 if top is None:
                     break  # a larger first (largest) factor only makes it worse

@@ -12,7 +12,7 @@ from gpumpi import datatypes as D
 from gpumpi._arrays import HOST, SIM, as_buffer
 from gpumpi._buffers import Msg, MsgV, message_simple, message_vector
 from gpumpi.constants import BOTTOM, COMBINER_NAMED, PROC_NULL
-from gpumpi.datatypes._core import Datatype, _next_handle
+from gpumpi.datatypes._core import Datatype, next_handle
 from gpumpi.errors import ERR_TYPE
 from gpumpi.errors import Exception as MPIException
 
@@ -186,7 +186,7 @@ def test_bottom_and_none_buffers():
 def _absolute_type(a):
     """A derived type whose one block sits at the absolute address of ``a`` (as hindexed will build)."""
     addr = a.ctypes.data
-    return Datatype._make(handle=_next_handle(), name="", size=a.nbytes, lb=addr, extent=a.nbytes,
+    return Datatype._make(handle=next_handle(), name="", size=a.nbytes, lb=addr, extent=a.nbytes,
                           true_lb=addr, true_extent=a.nbytes, segs=((addr, a.nbytes),), combiner=9,
                           basic=D.INT, nbasic=a.size)
 

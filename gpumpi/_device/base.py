@@ -92,9 +92,9 @@ def _nonneg(call: str, what: str, x) -> int:
     return v
 
 
-def _nbytes(call: str, n) -> int:
+def checked_nbytes(call: str, n) -> int:
     return _nonneg(call, "nbytes", n)
 
 
-def _addr(call: str, a) -> int:
+def checked_address(call: str, a) -> int:
     return _nonneg(call, "address", a)

@@ -31,7 +31,7 @@ import os
 import threading
 import weakref
 
-from .base import DEVICE, HANDLE_SIZE, HOST, MANAGED, POOL, CudaError, IpcUnsupported, PointerInfo, _addr, _nbytes
+from .base import DEVICE, HANDLE_SIZE, HOST, MANAGED, POOL, CudaError, IpcUnsupported, PointerInfo, checked_address, checked_nbytes
 
 __all__ = ["CupyAdapter", "cuda_driver", "driver_pointer_info"]
 
@@ -201,15 +201,15 @@ class CupyAdapter:
     # -- memory ---------------------------------------------------------------------------
 
     def alloc(self, nbytes: int) -> int:
-        n = _nbytes("alloc", nbytes)
+        n = checked_nbytes("alloc", nbytes)
         return self._call("alloc", self._rt.malloc, n) if n else 0
 
     def alloc_managed(self, nbytes: int) -> int:
-        n = _nbytes("alloc_managed", nbytes)
+        n = checked_nbytes("alloc_managed", nbytes)
         return self._call("alloc_managed", self._rt.mallocManaged, n) if n else 0
 
     def alloc_pool(self, nbytes: int, stream=None) -> int:
-        n = _nbytes("alloc_pool", nbytes)
+        n = checked_nbytes("alloc_pool", nbytes)
         if not n:
             return 0
         p = self._call("alloc_pool", self._rt.mallocAsync, n, self._sptr(stream))
@@ -218,19 +218,19 @@ class CupyAdapter:
         return p
 
     def alloc_host(self, nbytes: int) -> int:
-        n = _nbytes("alloc_host", nbytes)
+        n = checked_nbytes("alloc_host", nbytes)
         return self._call("alloc_host", self._rt.hostAlloc, n, self._rt.hostAllocPortable) if n else 0
 
     def host_register(self, addr: int, nbytes: int) -> None:
-        n = _nbytes("host_register", nbytes)
+        n = checked_nbytes("host_register", nbytes)
         if n:  # cudaHostRegisterPortable = 1: pinned for every context
-            self._call("host_register", self._rt.hostRegister, _addr("host_register", addr), n, 1)
+            self._call("host_register", self._rt.hostRegister, checked_address("host_register", addr), n, 1)
 
     def host_unregister(self, addr: int) -> None:
-        self._call("host_unregister", self._rt.hostUnregister, _addr("host_unregister", addr))
+        self._call("host_unregister", self._rt.hostUnregister, checked_address("host_unregister", addr))
 
     def free(self, addr: int) -> None:
-        addr = _addr("free", addr)
+        addr = checked_address("free", addr)
         if not addr:
             return
         with self._lock:
@@ -242,13 +242,13 @@ class CupyAdapter:
             self._call("free", self._rt.free, addr)
 
     def free_host(self, addr: int) -> None:
-        addr = _addr("free_host", addr)
+        addr = checked_address("free_host", addr)
         if addr:
             self._call("free_host", self._rt.freeHost, addr)
 
     def pointer_info(self, addr: int) -> PointerInfo:
         """Attributes from ``cuPointerGetAttributes`` (:func:`driver_pointer_info`)."""
-        return driver_pointer_info(self._lib, _addr("pointer_info", addr),
+        return driver_pointer_info(self._lib, checked_address("pointer_info", addr),
                                    lambda: self._call("pointer_info", self._rt.memGetInfo))
 
     def host_view(self, addr: int, nbytes: int) -> memoryview:
@@ -277,7 +277,7 @@ class CupyAdapter:
         return self._call("ipc_open", self._rt.ipcOpenMemHandle, handle, self._rt.cudaIpcMemLazyEnablePeerAccess)
 
     def ipc_close(self, base: int) -> None:
-        self._call("ipc_close", self._rt.ipcCloseMemHandle, _addr("ipc_close", base))
+        self._call("ipc_close", self._rt.ipcCloseMemHandle, checked_address("ipc_close", base))
 
     # -- streams --------------------------------------------------------------------------
 
@@ -312,9 +312,9 @@ class CupyAdapter:
         self._call("synchronize", self._rt.deviceSynchronize)
 
     def memcpy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
-        n = _nbytes("memcpy", nbytes)
+        n = checked_nbytes("memcpy", nbytes)
         if n:
-            self._call("memcpy", self._rt.memcpyAsync, _addr("memcpy", dst), _addr("memcpy", src), n,
+            self._call("memcpy", self._rt.memcpyAsync, checked_address("memcpy", dst), checked_address("memcpy", src), n,
                        self._rt.memcpyDefault, self._sptr(stream))
 
     def launch_host_func(self, s, fn) -> None:

@@ -99,8 +99,8 @@ from .base import (
     IpcUnsupported,
     PointerInfo,
     StaleHandle,
-    _addr,
-    _nbytes,
+    checked_address,
+    checked_nbytes,
 )
 
 __all__ = ["SimAdapter", "SimStream", "SimEvent", "AFTER_FORK_IN_CHILD"]
@@ -361,7 +361,7 @@ class SimAdapter:
 
     def alloc(self, nbytes: int) -> int:
         """Allocate device memory (cudaMalloc); 0 bytes gives address 0."""
-        n = _nbytes("alloc", nbytes)
+        n = checked_nbytes("alloc", nbytes)
         self._check()
         if n == 0:
             return 0
@@ -374,7 +374,7 @@ class SimAdapter:
         return m + PAGE
 
     def _alloc_anon(self, call: str, nbytes: int, kind: str, device) -> int:
-        n = _nbytes(call, nbytes)
+        n = checked_nbytes(call, nbytes)
         self._check()
         if n == 0:
             return 0
@@ -403,7 +403,7 @@ class SimAdapter:
         As in CUDA, a range overlapping one already registered is refused, and so is
         device memory.
         """
-        addr, n = _addr("host_register", addr), _nbytes("host_register", nbytes)
+        addr, n = checked_address("host_register", addr), checked_nbytes("host_register", nbytes)
         self._check()
         with self._lock:
             if self._lookup(addr) is not None or self._lookup(addr + n - 1) is not None:
@@ -415,7 +415,7 @@ class SimAdapter:
 
     def host_unregister(self, addr: int) -> None:
         """Undo :meth:`host_register` (cudaHostUnregister); ``addr`` is the registered base."""
-        addr = _addr("host_unregister", addr)
+        addr = checked_address("host_unregister", addr)
         with self._lock:
             if self._registered.pop(addr, None) is None:
                 raise CudaError(f"host_unregister: memory not registered ({addr:#x})")
@@ -434,7 +434,7 @@ class SimAdapter:
         self._free("free_host", addr, (HOST,))
 
     def _free(self, call: str, addr: int, kinds: tuple) -> None:
-        addr = _addr(call, addr)
+        addr = checked_address(call, addr)
         if addr == 0:
             return
         self._check()
@@ -461,7 +461,7 @@ class SimAdapter:
 
     def pointer_info(self, addr: int) -> PointerInfo:
         """Attributes of ``addr``: its memory kind, device and containing allocation."""
-        addr = _addr("pointer_info", addr)
+        addr = checked_address("pointer_info", addr)
         with self._lock:
             a = self._lookup(addr)
             if a is None:
@@ -473,8 +473,8 @@ class SimAdapter:
 
         It does not synchronize: queued copies into the range have not run yet.
         """
-        addr = _addr("host_view", addr)
-        n = _nbytes("host_view", nbytes)
+        addr = checked_address("host_view", addr)
+        n = checked_nbytes("host_view", nbytes)
         if n == 0:
             return memoryview(bytearray())
         with self._lock:
@@ -488,7 +488,7 @@ class SimAdapter:
 
     def ipc_export(self, addr: int) -> tuple[bytes, int]:
         """The IPC handle of the allocation containing ``addr``, and ``addr``'s offset in it."""
-        addr = _addr("ipc_export", addr)
+        addr = checked_address("ipc_export", addr)
         self._check()
         with self._lock:
             a = self._lookup(addr)
@@ -527,7 +527,7 @@ class SimAdapter:
 
     def ipc_close(self, base: int) -> None:
         """Drop one reference to memory from :meth:`ipc_open`; unmapped at zero (runs queued work first)."""
-        base = _addr("ipc_close", base)
+        base = checked_address("ipc_close", base)
         self._check()
         with self._lock:
             a = self._allocs.get(base)
@@ -625,9 +625,9 @@ class SimAdapter:
 
     def memcpy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         """Enqueue a copy of ``nbytes`` from ``src`` to ``dst`` on ``stream`` (cudaMemcpyAsync, Default kind)."""
-        dst = _addr("memcpy", dst)
-        src = _addr("memcpy", src)
-        n = _nbytes("memcpy", nbytes)
+        dst = checked_address("memcpy", dst)
+        src = checked_address("memcpy", src)
+        n = checked_nbytes("memcpy", nbytes)
         self._check()
         with self._lock:
             s = self._stream("memcpy", stream)

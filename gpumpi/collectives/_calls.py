@@ -320,7 +320,7 @@ def alltoall(comm, v: bool, sendbuf, recvbuf, call: str) -> Coll:
 
 def _wspec(spec, readonly: bool, blocks: int, call: str):
     """mpi4py's ``message_vector_w``: ``(message over the buffer, counts, byte displs, types)``."""
-    from .._buffers import _chkarray
+    from .._buffers import check_array
     from ..constants import is_bottom
 
     if not isinstance(spec, (list, tuple)):
@@ -343,8 +343,8 @@ def _wspec(spec, readonly: bool, blocks: int, call: str):
     if o_counts is None and o_displs is None:
         counts, displs = (1,) * blocks, (0,) * blocks
     else:
-        counts = _chkarray(o_counts, blocks, call)
-        displs = _chkarray(o_displs, blocks, call)
+        counts = check_array(o_counts, blocks, call)
+        displs = check_array(o_displs, blocks, call)
     if isinstance(o_types, Datatype):
         types = (o_types,) * blocks
     else:
@@ -407,7 +407,7 @@ def alltoallw(comm, sendbuf, recvbuf, call: str) -> Coll:
 # ``collectives.inter``.
 
 
-def _iroot(comm, root, call: str) -> int:
+def inter_root(comm, root, call: str) -> int:
     from ..errors import ERR_ROOT
 
     if type(root) is not int:
@@ -452,7 +452,7 @@ def barrier_inter(comm, call: str) -> Coll:
 
 
 def bcast_inter(comm, buf, root, call: str) -> Coll:
-    root = _iroot(comm, root, call)
+    root = inter_root(comm, root, call)
     if root == PROC_NULL:
         return _idle(comm, call)
     me = root == ROOT
@@ -464,7 +464,7 @@ def bcast_inter(comm, buf, root, call: str) -> Coll:
 
 
 def gather_inter(comm, v: bool, sendbuf, recvbuf, root, call: str) -> Coll:
-    root = _iroot(comm, root, call)
+    root = inter_root(comm, root, call)
     if root == PROC_NULL:
         return _idle(comm, call)
     rsize = len(comm._w)
@@ -487,7 +487,7 @@ def gather_inter(comm, v: bool, sendbuf, recvbuf, root, call: str) -> Coll:
 
 
 def scatter_inter(comm, v: bool, sendbuf, recvbuf, root, call: str) -> Coll:
-    root = _iroot(comm, root, call)
+    root = inter_root(comm, root, call)
     if root == PROC_NULL:
         return _idle(comm, call)
     rsize = len(comm._w)
@@ -572,7 +572,7 @@ def _ired(comm, call: str, coll: str, op, dt, count: int, kind: str, **kw) -> Co
 
 
 def reduce_inter(comm, sendbuf, recvbuf, op, root, call: str) -> Coll:
-    root = _iroot(comm, root, call)
+    root = inter_root(comm, root, call)
     op = _op_arg(op, call)
     if root == PROC_NULL:
         return _idle(comm, call)
@@ -618,7 +618,7 @@ def reduce_scatter_block_inter(comm, sendbuf, recvbuf, op, call: str) -> Coll:
 
 
 def reduce_scatter_inter(comm, sendbuf, recvbuf, recvcounts, op, call: str) -> Coll:
-    from .._buffers import _chkarray
+    from .._buffers import check_array
 
     comm._check(call)
     op = _op_arg(op, call)
@@ -627,7 +627,7 @@ def reduce_scatter_inter(comm, sendbuf, recvbuf, recvcounts, op, call: str) -> C
     s = _simple(sendbuf, True, 0, 1, call)
     if recvcounts is None:
         raise TypeError(f"{call}: recvcounts is required on an intercommunicator")
-    counts = tuple(_chkarray(recvcounts, size, call))
+    counts = tuple(check_array(recvcounts, size, call))
     total = sum(counts)
     if s.datatype is not r.datatype and s.datatype != r.datatype:
         raise ValueError(f"{_prefix(call)}mismatch in send and receive MPI datatypes")
@@ -764,7 +764,7 @@ def reduce_scatter_block(comm, sendbuf, recvbuf, op, call: str) -> Coll:
 
 
 def reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call: str) -> Coll:
-    from .._buffers import _chkarray
+    from .._buffers import check_array
 
     comm._check(call)
     op = _op_arg(op, call)
@@ -777,7 +777,7 @@ def reduce_scatter(comm, sendbuf, recvbuf, recvcounts, op, call: str) -> Coll:
     elif recvcounts is None:
         raise ValueError(f"{_prefix(call)}recvcounts is required with IN_PLACE")
     else:
-        counts = tuple(_chkarray(recvcounts, size, call))
+        counts = tuple(check_array(recvcounts, size, call))
     total = sum(counts)
     if s is not None:
         if s.datatype is not r.datatype and s.datatype != r.datatype:

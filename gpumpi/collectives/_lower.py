@@ -29,7 +29,7 @@ from .. import _objects
 from .. import _pickle
 from .. import _runtime as _rt
 from ..constants import PROC_NULL, ROOT
-from ._calls import _iroot
+from ._calls import inter_root
 
 _STANDARD = 0
 
@@ -262,7 +262,7 @@ def _ilocal_bcast(comm, obj, tag: int, call: str):
 
 
 def bcast_inter(comm, obj, root: int, call: str):
-    root = _iroot(comm, root, call)
+    root = inter_root(comm, root, call)
     tag = comm._ctag()
     if root == ROOT:
         _send(comm, obj, 0, tag, call)
@@ -274,7 +274,7 @@ def bcast_inter(comm, obj, root: int, call: str):
 
 
 def gather_inter(comm, obj, root: int, call: str):
-    root = _iroot(comm, root, call)
+    root = inter_root(comm, root, call)
     tag = comm._ctag()
     if root == ROOT:
         return _recv(comm, 0, tag, call)
@@ -288,7 +288,7 @@ def gather_inter(comm, obj, root: int, call: str):
 
 
 def scatter_inter(comm, obj, root: int, call: str):
-    root = _iroot(comm, root, call)
+    root = inter_root(comm, root, call)
     if root == ROOT:
         items = _items(obj, len(comm._w), call)
     tag = comm._ctag()
@@ -323,7 +323,7 @@ def alltoall_inter(comm, obj, call: str):
 
 
 def reduce_inter(comm, obj, op, root: int, call: str):
-    root = _iroot(comm, root, call)
+    root = inter_root(comm, root, call)
     tag = comm._ctag()
     if root == ROOT:
         return _recv(comm, 0, tag, call)

@@ -72,7 +72,7 @@ __all__ = ["Datatype", "DATATYPE_NULL", "install_memory_ops", "typecode", "typea
 NULL_HANDLE = 0x0C000000
 _U64 = (1 << 64) - 1
 # derived handles: MPICH-looking negative int32 values above the pair types
-_next_handle = itertools.count(-0x73FFFF00).__next__
+next_handle = itertools.count(-0x73FFFF00).__next__
 
 #: combiner -> the name ``decode`` reports
 COMBINER_NAMES = {
@@ -94,10 +94,10 @@ COMBINER_NAMES = {
     COMBINER_F90_REAL: "F90_REAL",
     COMBINER_F90_COMPLEX: "F90_COMPLEX",
 }
-_PREDEFINED_COMBINERS = frozenset(
+PREDEFINED_COMBINERS = frozenset(
     (COMBINER_NAMED, COMBINER_VALUE_INDEX, COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
 )
-_F90 = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
+F90_TYPES = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
 
 # handle -> Datatype, for fromhandle/fromint/f2py: predefined strongly, derived weakly
 _PREDEFINED: dict[int, "Datatype"] = {}
@@ -113,7 +113,7 @@ def install_memory_ops(**ops) -> None:
     _MEMORY_OPS.update(ops)
 
 
-def _memory_op(name: str, call: str):
+def memory_op(name: str, call: str):
     op = _MEMORY_OPS.get(name)
     if op is None:
         raise error(ERR_OTHER, f"{call}: host memory support is not loaded "
@@ -148,7 +148,7 @@ def _components(base, kw) -> list:
 
 def _retain(dt: "Datatype") -> "Datatype":
     """One more MPI reference to ``dt``'s handle, as a new object (what MPI_Type_get_contents returns)."""
-    if dt._combiner not in _PREDEFINED_COMBINERS and dt._size is not None:
+    if dt._combiner not in PREDEFINED_COMBINERS and dt._size is not None:
         dt._rec.refs += 1
     return Datatype(dt)
 
@@ -253,9 +253,9 @@ class Datatype:
             _PREDEFINED[handle] = self
         else:
             _DERIVED[handle] = self
-            if combiner not in _PREDEFINED_COMBINERS:
+            if combiner not in PREDEFINED_COMBINERS:
                 parts = tuple(t for t in _components(base, kw)
-                              if t._combiner not in _PREDEFINED_COMBINERS and t._size is not None)
+                              if t._combiner not in PREDEFINED_COMBINERS and t._size is not None)
                 for t in parts:
                     t._rec.refs += 1
                 self._rec.parts = parts
@@ -333,7 +333,7 @@ class Datatype:
         dt = _DERIVED.get(h)
         if dt is None:
             raise error(ERR_TYPE, f"Datatype.fromhandle: unknown datatype handle ({handle:#x})")
-        return dt if dt._combiner in _F90 else Datatype(dt)
+        return dt if dt._combiner in F90_TYPES else Datatype(dt)
 
     def toint(self) -> int:
         """Translate object to integer handle (MPI_Type_toint)."""
@@ -548,7 +548,7 @@ class Datatype:
             raise TypeError("Datatype.Get_value_index: expecting Datatype arguments")
         value._check("Get_value_index")
         index._check("Get_value_index")
-        pair = _VALUE_INDEX.get((value._handle, index._handle))
+        pair = VALUE_INDEX.get((value._handle, index._handle))
         return Datatype(pair if pair is not None else _NULL)
 
     @classmethod
@@ -592,7 +592,7 @@ class Datatype:
         hold it (``Get_contents``/``decode`` results, types built from it), as in MPICH;
         the last release runs the attribute delete callbacks and frees the handle."""
         self._check("Free")
-        if self._combiner in _PREDEFINED_COMBINERS:
+        if self._combiner in PREDEFINED_COMBINERS:
             raise error(ERR_TYPE, f"Datatype.Free: cannot free a predefined datatype "
                                   f"({self._rec.name or repr(self)})")
         _release(self)
@@ -605,7 +605,7 @@ class Datatype:
         DATATYPE_NULL."""
         if self._size is None or self._rec.freed:
             return
-        if self._combiner in _PREDEFINED_COMBINERS:
+        if self._combiner in PREDEFINED_COMBINERS:
             if _PREDEFINED.get(self._handle) is not self:
                 self._nullify()
             return
@@ -697,7 +697,7 @@ class Datatype:
         if c == COMBINER_STRUCT:
             types = kw["datatypes"]
             return (types[0] if len(types) == 1 else _NULL, name, kw)
-        if c in _F90:
+        if c in F90_TYPES:
             return (_NULL, name, kw)
         return (self._base, name, kw)
 
@@ -719,7 +719,7 @@ class Datatype:
         if self._size is None:
             return True
         self._check("is_predefined")
-        return self._combiner in _PREDEFINED_COMBINERS
+        return self._combiner in PREDEFINED_COMBINERS
 
     def Is_named(self) -> bool:
         """Is a named datatype (method form of :attr:`is_named`)."""
@@ -785,7 +785,7 @@ class Datatype:
         position = _index(position, "position", "Datatype.Pack")
         _check_comm(comm, "Datatype.Pack")
         self._check_committed("Pack")
-        return _memory_op("pack", "Datatype.Pack")(self, inbuf, outbuf, position)
+        return memory_op("pack", "Datatype.Pack")(self, inbuf, outbuf, position)
 
     def Unpack(self, inbuf, position: int, outbuf, comm) -> int:
         """Unpack from contiguous memory according to datatype (MPI_Unpack).
@@ -796,7 +796,7 @@ class Datatype:
         position = _index(position, "position", "Datatype.Unpack")
         _check_comm(comm, "Datatype.Unpack")
         self._check_committed("Unpack")
-        return _memory_op("unpack", "Datatype.Unpack")(self, inbuf, position, outbuf)
+        return memory_op("unpack", "Datatype.Unpack")(self, inbuf, position, outbuf)
 
     def Pack_size(self, count: int, comm) -> int:
         """Determine the amount of space needed to pack a message (MPI_Pack_size)."""
@@ -813,14 +813,14 @@ class Datatype:
         position = _index(position, "position", "Datatype.Pack_external")
         _check_datarep(datarep, "Datatype.Pack_external")
         self._check_committed("Pack_external")
-        return _memory_op("pack_external", "Datatype.Pack_external")(self, inbuf, outbuf, position)
+        return memory_op("pack_external", "Datatype.Pack_external")(self, inbuf, outbuf, position)
 
     def Unpack_external(self, datarep: str, inbuf, position: int, outbuf) -> int:
         """Unpack from contiguous memory in the ``"external32"`` representation (MPI_Unpack_external)."""
         position = _index(position, "position", "Datatype.Unpack_external")
         _check_datarep(datarep, "Datatype.Unpack_external")
         self._check_committed("Unpack_external")
-        return _memory_op("unpack_external", "Datatype.Unpack_external")(self, inbuf, position, outbuf)
+        return memory_op("unpack_external", "Datatype.Unpack_external")(self, inbuf, position, outbuf)
 
     def Pack_external_size(self, datarep: str, count: int) -> int:
         """Space needed to pack ``count`` elements in ``"external32"`` (MPI_Pack_external_size)."""
@@ -944,7 +944,7 @@ def typealign(datatype: Datatype) -> "int | None":
     dup = False
     while datatype._combiner == COMBINER_DUP and datatype._size is not None and not datatype._rec.freed:
         datatype, dup = datatype._base, True
-    if datatype._size is None or datatype._rec.freed or datatype._combiner not in _PREDEFINED_COMBINERS:
+    if datatype._size is None or datatype._rec.freed or datatype._combiner not in PREDEFINED_COMBINERS:
         return None
     if datatype._char is None and (dup or datatype._pair is None):
         return None  # no character code (the Match_size-only types), or a Dup of a pair type
@@ -993,4 +993,4 @@ _NULL = DATATYPE_NULL
 _NULL_LAYOUT = _layout_of(_NULL)
 
 # (value handle, index handle) -> pair type; filled by datatypes.predefined
-_VALUE_INDEX: dict[tuple[int, int], Datatype] = {}
+VALUE_INDEX: dict[tuple[int, int], Datatype] = {}

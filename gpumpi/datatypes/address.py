@@ -23,7 +23,7 @@ from __future__ import annotations
 import operator
 
 from ..constants import BOTTOM
-from ._core import _memory_op
+from ._core import memory_op
 
 __all__ = ["Get_address", "Aint_add", "Aint_diff"]
 
@@ -52,7 +52,7 @@ def Get_address(location) -> int:
     """Get the address of a location in memory (MPI_Get_address); 0 for ``BOTTOM``/``None``."""
     if location is None or location is BOTTOM:
         return 0
-    return _memory_op("address", "Get_address")(location)
+    return memory_op("address", "Get_address")(location)
 
 
 def Aint_add(base: int, disp: int) -> int:

@@ -73,7 +73,7 @@ from ..constants import (
     TYPECLASS_REAL,
 )
 from ..errors import ERR_ARG, ERR_COUNT, ERR_OTHER, ERR_RANK, ERR_TYPE, error
-from ._core import _F90, Datatype, _next_handle
+from ._core import F90_TYPES, Datatype, next_handle
 
 __all__ = ["dup", "contiguous", "vector", "indexed", "indexed_block", "struct", "subarray", "darray",
            "resized", "f90_integer", "f90_real", "f90_complex", "match_size", "rebuild"]
@@ -130,7 +130,7 @@ def _nonneg(value: int, what: str, call: str) -> int:
 
 def _snapshot(datatype: Datatype) -> Datatype:
     """A private reference to a component that a later Free of the user's object leaves intact."""
-    return datatype if datatype._combiner == COMBINER_NAMED or datatype._combiner in _F90 else Datatype(datatype)
+    return datatype if datatype._combiner == COMBINER_NAMED or datatype._combiner in F90_TYPES else Datatype(datatype)
 
 
 # -- bounds (MPICH's MPII_DATATYPE_*_LB_UB) -------------------------------------------------------
@@ -192,7 +192,7 @@ def _hindexed_yid(bls: list, disps: list, old: Datatype):
 def _derived(combiner: int, kw: dict, *, base=None, size: int, lb: int, ub: int, true_lb: int, true_ub: int,
              align: int, yid, basic, nbasic: int, nelem: int = 0, count=None) -> Datatype:
     dt = Datatype._make(
-        handle=_next_handle(), name="", size=size, lb=lb, extent=ub - lb, true_lb=true_lb,
+        handle=next_handle(), name="", size=size, lb=lb, extent=ub - lb, true_lb=true_lb,
         true_extent=true_ub - true_lb, segs=None, combiner=combiner, base=base, count=count, kw=kw,
         nelem=nelem, align=align, yid=yid, basic=basic, nbasic=nbasic, contig=False,
     )
@@ -231,7 +231,7 @@ def dup(old: Datatype) -> Datatype:
     call = "Datatype.Dup"
     old._check("Dup")
     new = Datatype._make(
-        handle=_next_handle(), name="", size=old._size, lb=old._lb, extent=old._extent,
+        handle=next_handle(), name="", size=old._size, lb=old._lb, extent=old._extent,
         true_lb=old._true_lb, true_extent=old._true_extent, segs=None, combiner=COMBINER_DUP,
         base=_snapshot(old), kw={}, char=old._char, typestr=old._str, code=old._code,
         align=old._align, yid=old._yid, basic=old._basic, nbasic=old._nbasic,
@@ -538,7 +538,7 @@ def _f90(comb: int, key: tuple, size: int, kw: dict, typeclass: int) -> Datatype
         matched = _named(_MATCH[typeclass][size])
         typestr, char = _F90_CODES[comb][size]
         dt = Datatype._make(
-            handle=_next_handle(), name="", size=size, lb=0, extent=size, true_lb=0, true_extent=size,
+            handle=next_handle(), name="", size=size, lb=0, extent=size, true_lb=0, true_extent=size,
             segs=((0, size),), combiner=comb, base=matched, kw=kw, char=char, typestr=typestr, code=typestr,
             align=matched._align, yid=matched._yid, nbasic=1, npspec=matched._npspec, committed=True,
         )
@@ -625,7 +625,7 @@ def rebuild(base: Datatype, name: str, kw: dict, committed: bool) -> Datatype:
     if build is None:
         raise error(ERR_TYPE, f"Datatype: cannot rebuild a {name} datatype")
     dt = build()
-    if committed and dt._combiner not in _F90:
+    if committed and dt._combiner not in F90_TYPES:
         dt.Commit()
     return dt
 

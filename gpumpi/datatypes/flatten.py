@@ -107,7 +107,7 @@ __all__ = [
     "subarray_dims",
 ]
 
-_F90 = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
+F90_TYPES = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
 _NAMED_LIKE = (COMBINER_NAMED, COMBINER_VALUE_INDEX)
 
 
@@ -323,7 +323,7 @@ def _build(dt):
     comb = dt._combiner
     if not dt._size:
         return None
-    if comb in _NAMED_LIKE or comb in _F90:
+    if comb in _NAMED_LIKE or comb in F90_TYPES:
         return seq((off, ("B", n)) for off, n in dt._segs)
     if comb == COMBINER_DUP or comb == COMBINER_RESIZED:
         return tree(dt._base)
@@ -639,7 +639,7 @@ def _sig(dt) -> list:
         if parts is not None:
             return [(parts[0], 1), (parts[1], 1)]
         return [(dt, 1)] if dt._size else []
-    if comb in _F90:
+    if comb in F90_TYPES:
         return signature(dt._base)
     if comb in (COMBINER_DUP, COMBINER_RESIZED):
         return signature(dt._base)
@@ -777,7 +777,7 @@ def typemap(datatype) -> list:
             value, index = parts
             return [(0, value), (dt._segs[-1][0] + dt._segs[-1][1] - index._size, index)]
         return [(0, dt)] if dt._size else []
-    if comb in _F90:
+    if comb in F90_TYPES:
         return [(0, dt._base)]
     if comb in (COMBINER_DUP, COMBINER_RESIZED):
         return typemap(dt._base)

@@ -52,7 +52,7 @@ from ..constants import (
     COMBINER_VECTOR,
     ORDER_FORTRAN,
 )
-from ._core import _PREDEFINED_COMBINERS, DATATYPE_NULL, Datatype, typealign, typecode
+from ._core import PREDEFINED_COMBINERS, DATATYPE_NULL, Datatype, typealign, typecode
 from .predefined import CHAR, WCHAR, lookup_typecode
 
 __all__ = ["from_numpy_dtype", "to_numpy_dtype", "for_array"]
@@ -245,7 +245,7 @@ def _element_type(dtype: np.dtype) -> Datatype:
             dt = lookup_typecode(dtype.str) if dtype.char not in "SUV" else None
         except KeyError:
             dt = None
-        if dt is not None and dt._size == dtype.itemsize and dt._combiner in _PREDEFINED_COMBINERS:
+        if dt is not None and dt._size == dtype.itemsize and dt._combiner in PREDEFINED_COMBINERS:
             return dt
     return from_numpy_dtype(dtype)
 

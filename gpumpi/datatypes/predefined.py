@@ -40,7 +40,7 @@ from __future__ import annotations
 import sys
 
 from ..constants import COMBINER_NAMED
-from ._core import _VALUE_INDEX, DATATYPE_NULL, Datatype
+from ._core import VALUE_INDEX, DATATYPE_NULL, Datatype
 
 __all__ = ["DATATYPE_NULL", "TypeDict", "TypeDictC", "TypeDictF", "lookup_typecode", "lookup_format",
            "lookup_name", "PREDEFINED_NAMES", "EXTERNAL32_SIZE"]
@@ -159,7 +159,7 @@ for _name, _aliases, _mpi, _h, _size, _ext, _text, _segs, _align, _np, _value in
         segs=_segs, combiner=COMBINER_NAMED, align=_align, yid=("pair", _h), pair=(_ns[_value], _ns["INT"]),
         nbasic=1, npspec=(("f0", _np), ("f1", "i4")), committed=True,
     )
-    _VALUE_INDEX[(_ns[_value]._handle, _ns["INT"]._handle)] = _dt
+    VALUE_INDEX[(_ns[_value]._handle, _ns["INT"]._handle)] = _dt
     for _n in (_name, *_aliases):
         _ns[_n] = _dt
         PREDEFINED_NAMES.append(_n)

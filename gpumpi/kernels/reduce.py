@@ -79,7 +79,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..datatypes import predefined as _pd
-from ..datatypes._core import _F90, Datatype
+from ..datatypes._core import F90_TYPES, Datatype
 from ..errors import ERR_OP, error
 
 __all__ = ["Reducer", "Elementwise", "resolve", "OP_NAMES", "SIM_KERNEL_MAX", "device_reduce", "sim_reduce"]
@@ -134,7 +134,7 @@ del _g, _names, _n, _t
 
 def _named_basic(basic: Datatype) -> Datatype:
     """The predefined type behind a basic type (an f90 type stands for the type it matched)."""
-    while basic._combiner in _F90:
+    while basic._combiner in F90_TYPES:
         basic = basic._base
     return basic
 
