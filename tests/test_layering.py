@@ -223,3 +223,35 @@ def test_no_import_cycles():
     bad = [g for g in import_cycles(graph) if not any(g <= ok for ok in ALLOWED_CYCLES)]
     assert not bad, "import cycles between gpumpi modules:\n" + "\n".join(_cycle_path(graph, g) for g in bad)
 
+
+
+# -- the API surface never reaches into the engine -----------------------------------------------
+
+#: the API modules (validate and delegate): what they need of the running engine is a verb of
+#: gpumpi._services, the compiled path is gpumpi._fastpath's
+API_PACKAGES = ("comm", "rma")
+#: what no API module may import, at module level or lazily
+ENGINE_MODULES = {"_progress", "_runtime"}
+
+
+def test_api_modules_never_import_the_engine():
+    known = {m for m, _ in ALL}
+    bad = []
+    for mod, path in ALL:
+        if not any(mod == p or mod.startswith(p + ".") for p in API_PACKAGES):
+            continue
+        for target, internal, _, line in imports(mod, path):
+            if internal and _owner(target, known) in ENGINE_MODULES:
+                bad.append(f"gpumpi.{mod}:{line} imports gpumpi.{target}")
+        text = path.read_text()
+        if "ENGINE" in text:
+            bad.append(f"gpumpi.{mod} names ENGINE")
+    assert not bad, "API modules reach into the engine:\n" + "\n".join(bad)
+
+
+def test_api_check_sees_an_engine_import(tmp_path):
+    """The check above is not vacuous: the API packages exist and an engine import is caught."""
+    assert any(m == "comm" or m.startswith("comm.") for m, _ in ALL)
+    p = tmp_path / "x.py"
+    p.write_text("from .. import _runtime as _rt\n")
+    assert [t for t, internal, _, _ in imports("comm.x", p) if internal] == ["_runtime"]
