@@ -28,7 +28,7 @@ from __future__ import annotations
 from . import _p2p
 from . import _pickle
 from . import _runtime as _rt
-from ._progress import RECV, Xfer
+from ._xfer import RECV, Xfer
 from .constants import ANY_SOURCE
 from .errors import error
 from .request import after, all_of, joint, part_done

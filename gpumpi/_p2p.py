@@ -34,7 +34,7 @@ from ._arrays import DEVICE as _DEVICE
 from ._arrays import SIM as _SIM
 from ._arrays import DLPackOwner, NotABufferError, as_buffer
 from ._buffers import message_simple
-from ._progress import GREQ, Xfer
+from ._xfer import GREQ, Xfer
 from .constants import ANY_TAG, BSEND_OVERHEAD, BUFFER_AUTOMATIC, PROC_NULL
 from .datatypes import plan as _plan
 from .datatypes.flatten import sigcode as _sigcode

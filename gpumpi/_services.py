@@ -17,7 +17,7 @@ replaced after a fork); none keeps state of its own.
 from __future__ import annotations
 
 from . import _runtime as _rt
-from ._progress import SENT  # noqa: F401  (the shared completed send; API modules compare with it)
+from ._xfer import SENT  # noqa: F401  (the shared completed send; API modules compare with it)
 
 __all__ = ["SENT", "cancel", "context_freed", "free_context", "probe_now", "probe_wait", "failed_ranks", "node_of", "poll", "wait", "wait_until", "world_rank",
            "world_size", "abort"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from . import _objects
 from . import _p2p
 from . import _runtime as _rt
-from ._progress import RECV, Xfer
+from ._xfer import RECV, Xfer
 from ._handles import Handle, Table
 from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from .errors import ERR_REQUEST, error

@@ -16,7 +16,7 @@ of the caller's list become ``REQUEST_NULL``; with several errors they raise
 from __future__ import annotations
 
 from . import _runtime as _rt
-from ._progress import GREQ, RECV, SENT, Xfer
+from ._xfer import GREQ, RECV, SENT, Xfer
 from .constants import ANY_TAG, PROC_NULL, UNDEFINED
 from .errors import ERR_IN_STATUS, ERR_OTHER, ERR_PENDING, ERR_REQUEST, SUCCESS, Get_error_string, error
 from .errors import Exception as MPIException

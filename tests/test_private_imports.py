@@ -33,7 +33,6 @@ ALLOWED = {
     "collectives._lean: _arrays._PEEK",
     "collectives._lean: _arrays._WRITEABLE",
     "collectives._lean: _arrays._nd_addr_flags",
-    "collectives._lean: _progress._threads",
     "collectives._lean: kernels.reduce._UFUNCS",
     "collectives._lean: op._NULL_H",
     "comm.objects: _buffers._is_integral",

@@ -51,7 +51,7 @@ from .. import _pool
 from .. import _runtime as _rt
 from .._arrays import HOST
 from .._buffers import Msg
-from .._progress import GREQ, SENT, Xfer
+from .._xfer import GREQ, SENT, Xfer
 from ..datatypes import plan as _plan
 from ..datatypes.flatten import sig_name
 from ..datatypes.predefined import BYTE

@@ -87,7 +87,7 @@ import numpy as np
 from .. import _runtime as _rt
 from .._arrays import _C_CONTIG, _DATA, _DT_BY_ID, _FLAGS, _PEEK, _WRITEABLE, _nd_addr_flags, lookup_dtype
 from .._p2p import signature as _sig
-from .._progress import SENT, _threads
+from .._xfer import SENT, threads as _threads
 from ..constants import COMBINER_NAMED, IN_PLACE
 from ..datatypes._core import Datatype
 from ..datatypes.flatten import sig_name

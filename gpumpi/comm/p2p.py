@@ -18,7 +18,7 @@ from __future__ import annotations
 
 
 
-from .. import _fastpath
+from .._fastpath import api as _fastpath
 from .. import _p2p
 from .._partitioned import PartRequest, partitions_of
 from .._services import (SENT, cancel, context_freed, failed_ranks, probe_now, probe_wait,

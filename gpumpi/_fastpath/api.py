@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from numpy import ndarray as _ndarray
 
-from . import _runtime as _rt
-from ._buffers import host_fast, message_simple
-from ._progress import SENT
-from .constants import ANY_SOURCE, TAG_UB_VALUE
-from .datatypes.flatten import sigcode as _sigcode
-from .errors import error
-from .request import Request, done_xfer
-from .status import Status
+from .. import _runtime as _rt
+from .._buffers import host_fast, message_simple
+from .._xfer import SENT
+from ..constants import ANY_SOURCE, TAG_UB_VALUE
+from ..datatypes.flatten import sigcode as _sigcode
+from ..errors import error
+from ..request import Request, done_xfer
+from ..status import Status
 
 __all__ = ["from_peer", "irecv", "isend", "recv", "send", "sendrecv", "to_peer", "NOT_TAKEN"]
 
