@@ -77,7 +77,7 @@ from ._xfer import SPIN as _SPIN, SPIN_OVERSUBSCRIBED as _SPIN_OVERSUBSCRIBED
 from .constants import ANY_SOURCE
 from .errors import ERR_PROC_FAILED
 from .ipc.base import DEVICE, DIRECT, HOST, address_of, pick
-from .ipc.shm import FAR
+from .ipc.base import FAR
 
 _sched_yield = os.sched_yield
 _sleep = time.sleep

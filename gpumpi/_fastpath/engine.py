@@ -33,7 +33,7 @@ from .._xfer import EMPTY as _EMPTY, GOT as _GOT, OTHER as _OTHER, PENDING as _P
 from .._xfer import RECV_DIRECT as _RECV_DIRECT, SEND_PUSHED as _SEND_PUSHED, SLOTTED as _SLOTTED
 from .._xfer import mpi_failed as _mpi_failed, threads as _threads
 from ..ipc.base import address_of
-from ..ipc.shm import FAR
+from ..ipc.base import FAR
 
 __all__ = ["CompiledPath"]
 

@@ -49,6 +49,11 @@ DIRECT = 16  # two-sided: the receiver posts into its destination, then the send
 
 HOST, DEVICE = "host", "device"
 
+#: a :class:`Frames` ``backlog`` slot of a peer of another node: no ring to it here, its frames
+#: go to the transport's ``far`` frames (so the compiled send, which writes only where the
+#: backlog is empty, never takes it)
+FAR = ()
+
 
 class PeerGone(Exception):
     """Raised by a region transport's ``take`` when the peer's process no longer exists (it
@@ -67,6 +72,14 @@ class Frames(abc.ABC):
     name = "frames"
     #: the largest payload one frame carries
     max_payload = 0
+    #: what the engine reads of a frame transport besides its methods: ``backlog[peer]`` is None
+    #: when nothing waits to be written to ``peer`` (a compiled send may write), :data:`FAR` for
+    #: a peer of another node, else the frames queued for it; ``nbacklog`` counts the queued
+    #: peers; ``far`` is the frame transport to other nodes (None: one node); ``out``/``inc``
+    #: are the compiled path's rings (None where there is none)
+    backlog: "list | tuple" = ()
+    nbacklog = 0
+    far = None
 
     @abc.abstractmethod
     def send(self, peer: int, kind: int, flags: int, src: int, ctx: int, tag: int, nbytes: int, msgid: int,

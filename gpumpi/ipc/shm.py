@@ -35,15 +35,11 @@ import mmap
 from collections import deque
 
 from .._protocol import HEADER, HLEN
-from .base import HOST, Frames, Region, address_of, register
+from .base import FAR, HOST, Frames, Region, address_of, register
 from .ring import CTRL, RingReader, RingWriter, max_frame
 
 _pack_into = HEADER.pack_into
 _unpack_from = HEADER.unpack_from
-
-
-#: the backlog slot of a rank of another node (its frames go to the far transport)
-FAR = ()
 
 
 class ShmTransport(Frames):
