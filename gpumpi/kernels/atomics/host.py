@@ -78,6 +78,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._arrays import (NP_ALIGNED, NP_C_CONTIGUOUS, NP_DATA_OFFSET, NP_DIMS_OFFSET, NP_FLAGS_OFFSET, NP_ND_OFFSET,
+                        NP_WRITEABLE)
 from ._ops import _BAND, _BOR, _BXOR, _CODE, _I8, _KINDS, _LAND, _LOR, _LXOR, _MAX, _MIN, _NO_OP, _PROD, _REPLACE, \
     _SUM, _UNSIGNED, OPS, _check, _elem_ok, _np_dtype, _work_dtype
 
@@ -328,21 +330,21 @@ _I32, _I64 = np.int32(0), np.int64(0)  # types the header loads take (numba free
 def _j_element(obj, want):
     """The address of the element of the one-element NumPy array whose object is at ``obj`` (its
     ``id``) when its flags have every bit of ``want``; 0 otherwise (see :func:`fop_ndarray`)."""
-    if _load(obj + _FLAGS_AT, _I32) & want != want:
+    if _load(obj + NP_FLAGS_OFFSET, _I32) & want != want:
         return 0
-    dims = _load(obj + _DIMS_AT, _I64)
-    for i in range(_load(obj + _ND_AT, _I32)):
+    dims = _load(obj + NP_DIMS_OFFSET, _I64)
+    for i in range(_load(obj + NP_ND_OFFSET, _I32)):
         if _load(dims + 8 * i, _I64) != 1:
             return 0
-    return _load(obj + _DATA_AT, _I64)
+    return _load(obj + NP_DATA_OFFSET, _I64)
 
 
 def _fop_ndarray_of(like):
     """The Fetch_and_op of :func:`fop_ndarray` for elements of ``like``'s type (a closure: numba
     freezes ``like``, so one compiled function per type, cached on disk as any other)."""
     def fop_ndarray(addr, origin, result, op):
-        o = _element(origin, _ALIGNED)
-        r = _element(result, _ALIGNED | _WRITEABLE)
+        o = _element(origin, NP_ALIGNED)
+        r = _element(result, NP_ALIGNED | NP_WRITEABLE)
         if o == 0 or r == 0:
             return 1
         _store(r, _update(addr, _load(o, like), op))
@@ -353,9 +355,9 @@ def _fop_ndarray_of(like):
 
 def _cas_ndarray_of(like):
     def cas_ndarray(addr, origin, compare, result):
-        o = _element(origin, _ALIGNED)
-        c = _element(compare, _ALIGNED)
-        r = _element(result, _ALIGNED | _WRITEABLE)
+        o = _element(origin, NP_ALIGNED)
+        c = _element(compare, NP_ALIGNED)
+        r = _element(result, NP_ALIGNED | NP_WRITEABLE)
         if o == 0 or c == 0 or r == 0:
             return 1
         _store(r, _cas(addr, _load(c, like), _load(o, like)))
@@ -370,9 +372,9 @@ def _acc_ndarray_of(like):
     w = like.itemsize
 
     def acc_ndarray(addr, origin, n, op):
-        if _load(origin + _FLAGS_AT, _I32) & _ACC_WANT != _ACC_WANT:
+        if _load(origin + NP_FLAGS_OFFSET, _I32) & _ACC_WANT != _ACC_WANT:
             return 1
-        o = _load(origin + _DATA_AT, _I64)
+        o = _load(origin + NP_DATA_OFFSET, _I64)
         for i in range(n):
             _update(addr + i * w, _load(o + i * w, like), op)
         return 0
@@ -502,11 +504,9 @@ def _compiled(dispatcher):
     return dispatcher.get_overload(dispatcher.signatures[0])
 
 
-# PyArrayObject (NumPy's C struct, the same in NumPy 1 and 2): where the fields the ndarray entry
-# points read lie from the object's address, and the flag bits they test (NPY_ARRAY_*)
-_DATA_AT, _ND_AT, _DIMS_AT, _FLAGS_AT = 16, 24, 32, 64
-_ALIGNED, _WRITEABLE = 0x100, 0x400
-_ACC_WANT = 0x1 | _ALIGNED  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
+# The ndarray entry points read PyArrayObject's data, nd, dimensions and flags at gpumpi._arrays'
+# offsets (NP_*_OFFSET) and test its flag bits (NP_ALIGNED, NP_WRITEABLE, NP_C_CONTIGUOUS)
+_ACC_WANT = NP_C_CONTIGUOUS | NP_ALIGNED
 _LAYOUT: list = []  # [whether this interpreter's ndarrays have that layout], once checked
 
 
@@ -526,12 +526,12 @@ def ndarray_layout() -> bool:
             for a in (np.zeros(1), np.zeros((1, 1), np.int8), np.array(5), base, base[:, ::2], base.T[1:], ro,
                       np.empty(0)):
                 at = id(a)
-                nd = ctypes.c_int.from_address(at + _ND_AT).value
-                dims = ctypes.c_void_p.from_address(at + _DIMS_AT).value or 0
-                fl = ctypes.c_int.from_address(at + _FLAGS_AT).value
-                if (nd != a.ndim or ctypes.c_void_p.from_address(at + _DATA_AT).value != a.ctypes.data
+                nd = ctypes.c_int.from_address(at + NP_ND_OFFSET).value
+                dims = ctypes.c_void_p.from_address(at + NP_DIMS_OFFSET).value or 0
+                fl = ctypes.c_int.from_address(at + NP_FLAGS_OFFSET).value
+                if (nd != a.ndim or ctypes.c_void_p.from_address(at + NP_DATA_OFFSET).value != a.ctypes.data
                         or tuple((ctypes.c_int64 * nd).from_address(dims)) != a.shape
-                        or bool(fl & _ALIGNED) != a.flags.aligned or bool(fl & _WRITEABLE) != a.flags.writeable):
+                        or bool(fl & NP_ALIGNED) != a.flags.aligned or bool(fl & NP_WRITEABLE) != a.flags.writeable):
                     ok = False
                     break
         _LAYOUT.append(ok)
