@@ -1,4 +1,4 @@
-"""The operations and element types of the atomics (L3): which operation has which code, and which element types each takes.
+"""The atomics' operation table (L3): each operation's code and the element types it takes, host and device.
 
 Theory of operation
 ===================
