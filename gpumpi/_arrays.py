@@ -71,6 +71,12 @@ little-endian CPython, read through two read-only memoryviews of the address
 space): ``ndarray.__array_interface__`` and ``ndarray.ctypes`` cost microseconds
 each.  The layout is checked against ``ndarray.ctypes.data``/``ndarray.flags`` on
 sample arrays at import; if it does not match, the slow attributes are used.
+This module is the one definition of that header for all of gpumpi: the offsets
+(:data:`NP_DATA_OFFSET`, :data:`NP_FLAGS_OFFSET`, ...), the flag bits
+(:data:`NP_C_CONTIGUOUS`, ...), the two word views (:data:`PEEK_DATA`,
+:data:`PEEK_FLAGS`, valid where :data:`PEEK_OK`) and :func:`ndarray_addr_flags`; the
+compiled code that reads array headers itself (:mod:`gpumpi.ipc.fastring`, the host
+atomics) takes its offsets from here.
 Nothing derived from an object is cached: per-type converters and the datatype
 of each builtin (immortal) NumPy dtype are.
 """
@@ -102,6 +108,19 @@ __all__ = [
     "HOST",
     "SIM",
     "DEVICE",
+    "NP_DATA_OFFSET",
+    "NP_ND_OFFSET",
+    "NP_DIMS_OFFSET",
+    "NP_FLAGS_OFFSET",
+    "NP_C_CONTIGUOUS",
+    "NP_F_CONTIGUOUS",
+    "NP_ALIGNED",
+    "NP_WRITEABLE",
+    "PEEK_OK",
+    "PEEK_DATA",
+    "PEEK_FLAGS",
+    "ndarray_addr_flags",
+    "DATATYPE_BY_DTYPE_ID",
 ]
 
 def _p(call: str) -> str:
@@ -115,7 +134,22 @@ class NotABufferError(TypeError):
 _ndarray = np.ndarray
 _new = object.__new__
 _id = id
-_C_CONTIG, _F_CONTIG, _WRITEABLE = 0x1, 0x2, 0x400  # NPY_ARRAY_* flag bits
+
+
+# -- NumPy's array header: the one definition in gpumpi ------------------------------------
+
+#: Byte offsets, from an ndarray object's address (its ``id``), of the ``PyArrayObject`` fields
+#: gpumpi reads straight from memory (NumPy's C struct, the same in NumPy 1 and 2 on 64-bit
+#: CPython): ``char *data``, ``int nd``, ``npy_intp *dimensions``, ``int flags``.  Data and flags
+#: are checked on sample arrays at import (:data:`PEEK_OK`); nd and dimensions, which only the
+#: host atomics read, by their ``gpumpi.kernels.atomics.ndarray_layout``.
+NP_DATA_OFFSET, NP_ND_OFFSET, NP_DIMS_OFFSET, NP_FLAGS_OFFSET = 16, 24, 32, 64
+#: Bits of the ``flags`` word: NumPy's ``NPY_ARRAY_C_CONTIGUOUS``, ``NPY_ARRAY_F_CONTIGUOUS``,
+#: ``NPY_ARRAY_ALIGNED`` and ``NPY_ARRAY_WRITEABLE``.
+NP_C_CONTIGUOUS, NP_F_CONTIGUOUS, NP_ALIGNED, NP_WRITEABLE = 0x1, 0x2, 0x100, 0x400
+_C_CONTIG = NP_C_CONTIGUOUS  # old name, kept until every importer uses the public one
+_F_CONTIG = NP_F_CONTIGUOUS  # old name, kept until every importer uses the public one
+_WRITEABLE = NP_WRITEABLE  # old name, kept until every importer uses the public one
 
 
 class BufferView:
@@ -177,8 +211,8 @@ def nd_bytes(a) -> memoryview:
             pass
     except ValueError:  # no buffer format (datetimes)
         pass
-    addr, fl = _nd_addr_flags(a)
-    return _raw_mem(addr, a.nbytes, not fl & _WRITEABLE, a)
+    addr, fl = ndarray_addr_flags(a)
+    return _raw_mem(addr, a.nbytes, not fl & NP_WRITEABLE, a)
 
 
 class StridedView(BufferView):
@@ -235,8 +269,8 @@ def _extent_of(shape, strides, itemsize: int) -> tuple[int, int]:
 
 def _strided_nd(a, readonly: bool, call: str) -> StridedView:
     """A StridedView of a non-contiguous host NumPy array (strided NumPy views)."""
-    addr, fl = _nd_addr_flags(a)
-    ro = not fl & _WRITEABLE
+    addr, fl = ndarray_addr_flags(a)
+    ro = not fl & NP_WRITEABLE
     if ro and not readonly:
         raise BufferError(f"{_p(call)}buffer is not writable (read-only {type(a).__name__})")
     return StridedView(a, addr, ro, a.dtype, a.shape, a.strides,
@@ -247,15 +281,16 @@ def _strided_nd(a, readonly: bool, call: str) -> StridedView:
 
 
 def _peek_tables():
-    """Word views of memory at offsets 16 and 64 from every address: ``T[id(a) >> 3]`` reads the
-    ``data`` pointer / ``flags`` word of ndarray ``a``, if the PyArrayObject layout checks out."""
+    """Word views of memory at offsets :data:`NP_DATA_OFFSET` and :data:`NP_FLAGS_OFFSET` from every
+    address: ``T[id(a) >> 3]`` reads the ``data`` pointer / ``flags`` word of ndarray ``a``, if the
+    PyArrayObject layout checks out."""
     if sys.implementation.name != "cpython" or ctypes.sizeof(ctypes.c_void_p) != 8 or sys.byteorder != "little":
         return None, None
     from_memory = ctypes.pythonapi.PyMemoryView_FromMemory
     from_memory.restype = ctypes.py_object
     from_memory.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
-    data = from_memory(16, 1 << 62, 0x100).cast("Q")  # 0x100: PyBUF_READ
-    flags = from_memory(64, 1 << 62, 0x100).cast("Q")
+    data = from_memory(NP_DATA_OFFSET, 1 << 62, 0x100).cast("Q")  # 0x100: PyBUF_READ
+    flags = from_memory(NP_FLAGS_OFFSET, 1 << 62, 0x100).cast("Q")
     ro = np.arange(4.0)
     ro.flags.writeable = False
     base = np.arange(24, dtype=np.int32).reshape(4, 6)
@@ -263,32 +298,44 @@ def _peek_tables():
         i = id(a) >> 3
         fl = flags[i]
         if (data[i] != a.ctypes.data
-                or bool(fl & _C_CONTIG) != a.flags.c_contiguous
-                or bool(fl & _F_CONTIG) != a.flags.f_contiguous
-                or bool(fl & _WRITEABLE) != a.flags.writeable):
+                or bool(fl & NP_C_CONTIGUOUS) != a.flags.c_contiguous
+                or bool(fl & NP_F_CONTIGUOUS) != a.flags.f_contiguous
+                or bool(fl & NP_WRITEABLE) != a.flags.writeable):
             return None, None
     return data, flags
 
 
-_DATA, _FLAGS = _peek_tables()
-_PEEK = _DATA is not None
+#: ``PEEK_DATA[id(a) >> 3]`` / ``PEEK_FLAGS[id(a) >> 3]``: the data address / flags word of ndarray
+#: ``a`` read from its header (word views of the address space), where :data:`PEEK_OK`; else None
+PEEK_DATA, PEEK_FLAGS = _peek_tables()
+#: whether this interpreter's ndarray header has the layout checked above (the peeks are valid)
+PEEK_OK = PEEK_DATA is not None
+_DATA = PEEK_DATA  # old name, kept until every importer uses the public one
+_FLAGS = PEEK_FLAGS  # old name, kept until every importer uses the public one
+_PEEK = PEEK_OK  # old name, kept until every importer uses the public one
 
 
-def _nd_addr_flags(a) -> tuple[int, int]:
-    if _PEEK:
+def ndarray_addr_flags(a) -> tuple[int, int]:
+    """``(data address, flags word)`` of ndarray ``a``: peeked from its header where :data:`PEEK_OK`,
+    else from NumPy's attributes (then only the ``NP_*_CONTIGUOUS`` and ``NP_WRITEABLE`` bits)."""
+    if PEEK_OK:
         i = id(a) >> 3
-        return _DATA[i], _FLAGS[i]
+        return PEEK_DATA[i], PEEK_FLAGS[i]
     f = a.flags
     return (a.__array_interface__["data"][0],
-            (f.c_contiguous and _C_CONTIG) | (f.f_contiguous and _F_CONTIG) | (f.writeable and _WRITEABLE))
+            (f.c_contiguous and NP_C_CONTIGUOUS) | (f.f_contiguous and NP_F_CONTIGUOUS)
+            | (f.writeable and NP_WRITEABLE))
+
+
+_nd_addr_flags = ndarray_addr_flags  # old name, kept until every importer uses the public one
 
 
 def _from_ndarray(a, readonly: bool, call: str) -> BufferView:
-    addr, fl = _nd_addr_flags(a)
-    if not fl & (_C_CONTIG | _F_CONTIG):
+    addr, fl = ndarray_addr_flags(a)
+    if not fl & (NP_C_CONTIGUOUS | NP_F_CONTIGUOUS):
         raise BufferError(f"{_p(call)}buffer is not contiguous (shape {a.shape}, strides {a.strides}, "
                           f"itemsize {a.itemsize})")
-    ro = not fl & _WRITEABLE
+    ro = not fl & NP_WRITEABLE
     if ro and not readonly:
         raise BufferError(f"{_p(call)}buffer is not writable (read-only {type(a).__name__})")
     return BufferView(a, addr, a.nbytes, ro, a.dtype, a.itemsize, HOST)
@@ -311,7 +358,7 @@ def _from_memoryview(owner, mv: memoryview, readonly: bool, call: str) -> Buffer
     else:
         raise BufferError(f"{_p(call)}buffer is not contiguous (shape {mv.shape}, strides {mv.strides}, "
                           f"itemsize {mv.itemsize})")
-    addr, _ = _nd_addr_flags(u8)
+    addr, _ = ndarray_addr_flags(u8)
     return BufferView(owner, addr, mv.nbytes, mv.readonly, mv.format, mv.itemsize, HOST, mem=memoryview(u8))
 
 
@@ -630,11 +677,11 @@ def _from_numba_simulator(obj, a, readonly: bool, call: str) -> BufferView:
     """A numba-cuda simulator array (``NUMBA_ENABLE_CUDASIM=1``): host NumPy memory in ``obj._ary``
     standing for device memory, so simulated device memory.  Its ``stream`` is a simulator
     object, not a CUDA stream, and the simulator runs everything at once: no stream is kept."""
-    addr, fl = _nd_addr_flags(a)
-    ro = not fl & _WRITEABLE
+    addr, fl = ndarray_addr_flags(a)
+    ro = not fl & NP_WRITEABLE
     if ro and not readonly:
         raise BufferError(f"{_p(call)}buffer is not writable (read-only {type(obj).__name__})")
-    if a.size and not fl & (_C_CONTIG | _F_CONTIG):
+    if a.size and not fl & (NP_C_CONTIGUOUS | NP_F_CONTIGUOUS):
         lo, span = _extent_of(a.shape, a.strides, a.itemsize)
         kind, device = _classify(addr, addr + lo, addr + lo + span, None, False, True, call, "numba")
         return StridedView(obj, addr, ro, a.dtype, a.shape, a.strides,
@@ -730,15 +777,15 @@ def as_buffer(obj, readonly: bool, call: str = "", strided: bool = False, consum
     (``Get_address``): it stays the producer's (see :func:`_from_dlpack`).
     """
     if type(obj) is _ndarray:
-        if _PEEK:
+        if PEEK_OK:
             i = _id(obj) >> 3
-            fl = _FLAGS[i]
-            if fl & 3 and (readonly or fl & _WRITEABLE):
+            fl = PEEK_FLAGS[i]
+            if fl & 3 and (readonly or fl & NP_WRITEABLE):  # 3: NP_C_CONTIGUOUS | NP_F_CONTIGUOUS
                 v = _new(BufferView)
                 v.obj = obj
-                v.addr = _DATA[i]
+                v.addr = PEEK_DATA[i]
                 v.nbytes = obj.nbytes
-                v.readonly = not fl & _WRITEABLE
+                v.readonly = not fl & NP_WRITEABLE
                 v.format = obj.dtype
                 v.itemsize = obj.itemsize
                 v.kind = HOST
@@ -820,7 +867,10 @@ def _check_mapped(lo: int, hi: int, call: str, what: str) -> None:
 
 # -- datatype inference --------------------------------------------------------------------
 
-_DT_BY_ID: dict[int, Datatype] = {}  # id(builtin numpy dtype) -> Datatype; builtins are immortal
+#: id(builtin NumPy dtype) -> its predefined Datatype, filled by :func:`lookup_dtype` (builtin
+#: dtypes are immortal, so their ids are theirs): the hot paths' one dict lookup
+DATATYPE_BY_DTYPE_ID: dict[int, Datatype] = {}
+_DT_BY_ID = DATATYPE_BY_DTYPE_ID  # old name, kept until every importer uses the public one
 
 
 def lookup_dtype(dtype, call: str = "") -> Datatype:
@@ -828,7 +878,7 @@ def lookup_dtype(dtype, call: str = "") -> Datatype:
 
     ``BufferError`` for non-native byte order, ``KeyError`` when there is none.
     """
-    dt = _DT_BY_ID.get(id(dtype))
+    dt = DATATYPE_BY_DTYPE_ID.get(id(dtype))
     if dt is not None:
         return dt
     dtype = np.dtype(dtype)
@@ -840,7 +890,7 @@ def lookup_dtype(dtype, call: str = "") -> Datatype:
     else:
         dt = lookup_format(memoryview(np.empty(0, dtype)).format, call)
     if dtype.isbuiltin == 1:
-        _DT_BY_ID[id(dtype)] = dt
+        DATATYPE_BY_DTYPE_ID[id(dtype)] = dt
     return dt
 
 

@@ -54,12 +54,13 @@ import operator
 import numpy as np
 
 from ._arrays import (
-    _DATA,
-    _DT_BY_ID,
-    _FLAGS,
-    _PEEK,
+    DATATYPE_BY_DTYPE_ID,
     DEVICE,
     HOST,
+    NP_WRITEABLE,
+    PEEK_DATA,
+    PEEK_FLAGS,
+    PEEK_OK,
     BufferView,
     NotABufferError,
     StridedView,
@@ -119,7 +120,7 @@ class _Message:
                 m = whole
             else:
                 if base is None:
-                    base = _DATA[_id(obj) >> 3]
+                    base = PEEK_DATA[_id(obj) >> 3]
                 off = self.addr + self.lo - base
                 m = whole[off:off + span]
             self._mem = m
@@ -214,17 +215,17 @@ def _basic(o_buf, o_type, readonly: bool, call: str, strided: bool = False):
     """
     if o_buf is None or o_buf is BOTTOM:
         return None, None, 0, 0, HOST, _asdatatype(o_type, call)
-    if type(o_buf) is _ndarray and _PEEK:
+    if type(o_buf) is _ndarray and PEEK_OK:
         i = _id(o_buf) >> 3
-        fl = _FLAGS[i]
-        if fl & 3 and (readonly or fl & 0x400):
+        fl = PEEK_FLAGS[i]
+        if fl & 3 and (readonly or fl & NP_WRITEABLE):  # 3: NP_C_CONTIGUOUS | NP_F_CONTIGUOUS
             if o_type is None:
-                datatype = _DT_BY_ID.get(_id(o_buf.dtype)) or lookup_dtype(o_buf.dtype, call)
+                datatype = DATATYPE_BY_DTYPE_ID.get(_id(o_buf.dtype)) or lookup_dtype(o_buf.dtype, call)
             elif type(o_type) is Datatype:
                 datatype = o_type
             else:
                 datatype = _asdatatype(o_type, call)
-            return o_buf, None, _DATA[i], o_buf.nbytes, HOST, datatype
+            return o_buf, None, PEEK_DATA[i], o_buf.nbytes, HOST, datatype
     view = as_buffer(o_buf, readonly, call, strided)
     if view.__class__ is StridedView:
         return view.obj, view, view.addr, view.nbytes, view.kind, None
@@ -288,17 +289,17 @@ def message_simple(spec, readonly: bool, rank: int, blocks: int = 1, call: str =
     """
     if rank == PROC_NULL:
         return None
-    if type(spec) is _ndarray and _PEEK and blocks < 2:
+    if type(spec) is _ndarray and PEEK_OK and blocks < 2:
         i = _id(spec) >> 3
-        fl = _FLAGS[i]
-        if fl & 3 and (readonly or fl & 0x400):
-            datatype = _DT_BY_ID.get(_id(spec.dtype))
+        fl = PEEK_FLAGS[i]
+        if fl & 3 and (readonly or fl & NP_WRITEABLE):  # 3: NP_C_CONTIGUOUS | NP_F_CONTIGUOUS
+            datatype = DATATYPE_BY_DTYPE_ID.get(_id(spec.dtype))
             if datatype is not None:
                 nbytes = spec.nbytes
                 m = Msg()
                 m.obj = spec
                 m._view = m._mem = None
-                m.addr = _DATA[i]
+                m.addr = PEEK_DATA[i]
                 m.count = nbytes // datatype._extent
                 m.datatype = datatype
                 m.nbytes = m.span = nbytes
@@ -366,13 +367,13 @@ def host_fast(spec, writable: bool):
         sig = e[1]
     else:
         return None
-    if not _PEEK:
+    if not PEEK_OK:
         return None
     i = _id(a) >> 3
-    fl = _FLAGS[i]
-    if not fl & 3 or (writable and not fl & 0x400):
+    fl = PEEK_FLAGS[i]
+    if not fl & 3 or (writable and not fl & NP_WRITEABLE):  # 3: NP_C_CONTIGUOUS | NP_F_CONTIGUOUS
         return None
-    return _DATA[i], n, sig
+    return PEEK_DATA[i], n, sig
 
 
 def _strided(a) -> bool:

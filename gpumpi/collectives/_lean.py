@@ -85,7 +85,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _runtime as _rt
-from .._arrays import _C_CONTIG, _DATA, _DT_BY_ID, _FLAGS, _PEEK, _WRITEABLE, _nd_addr_flags, lookup_dtype
+from .._arrays import (DATATYPE_BY_DTYPE_ID, NP_C_CONTIGUOUS, NP_WRITEABLE, PEEK_DATA, PEEK_FLAGS, PEEK_OK,
+                       lookup_dtype, ndarray_addr_flags)
 from .._p2p import signature as _sig
 from .._xfer import SENT, threads as _threads
 from ..constants import COMBINER_NAMED, IN_PLACE
@@ -127,7 +128,7 @@ def _host(spec, write: bool):
     t = type(spec)
     if t is _ND:
         a = spec
-        dt = _DT_BY_ID.get(id(a.dtype))
+        dt = DATATYPE_BY_DTYPE_ID.get(id(a.dtype))
         if dt is None and (a.dtype.isbuiltin != 1 or (dt := _infer(a.dtype)) is None or not _ok(dt)):
             return None
     elif t is list or t is tuple:
@@ -139,12 +140,12 @@ def _host(spec, write: bool):
             return None
     else:
         return None
-    if _PEEK:
+    if PEEK_OK:
         i = id(a) >> 3
-        addr, fl = _DATA[i], _FLAGS[i]
+        addr, fl = PEEK_DATA[i], PEEK_FLAGS[i]
     else:
-        addr, fl = _nd_addr_flags(a)
-    if not fl & _C_CONTIG or (write and not fl & _WRITEABLE):
+        addr, fl = ndarray_addr_flags(a)
+    if not fl & NP_C_CONTIGUOUS or (write and not fl & NP_WRITEABLE):
         return None
     return a, dt, addr
 
@@ -183,7 +184,7 @@ class _Set:
             t = np.empty(units, npdt) if npdt is not None else np.empty(units * unit, _U8)
             self.ta.append(t)
             self.mv.append(memoryview(t).cast("B"))
-            self.ad.append(_nd_addr_flags(t)[0])
+            self.ad.append(ndarray_addr_flags(t)[0])
         self.cb = np.array(self.ad, dtype=np.int64)  # the addresses again, for a compiled program
         self.cba = self.cb.ctypes.data
         self.sc = np.empty(1, npdt) if npdt is not None else None  # the one-element scratch
@@ -402,8 +403,8 @@ def _start(p: _Plan, comm, ws: _Set, rarr: int = 0, rwant: int = 0, sarr: int = 
     if not p.cma:  # members on other nodes: the compiled program reaches only this node's rings
         return None
     tag = comm._ctag()
-    i = fr(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, rarr, rwant, sarr, _C_CONTIG, comm._rank, ctx,
-           tag, p.sig, p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
+    i = fr(eng.ftab_a, p.cma, comm._size, p.proga, p.nsteps, 0, ws.cba, rarr, rwant, sarr, NP_C_CONTIGUOUS, comm._rank,
+           ctx, tag, p.sig, p.rtype, p.rop, eng.spin_first, eng.epoch, eng.fout_a)
     if i == -2:
         comm._ctag_back()
         return None
@@ -614,7 +615,7 @@ def bcast(comm, buf, root) -> bool:
     m = _LAST_BCAST
     if comm is m.comm and type(root) is int and root == m.root:
         a = _same(buf, m.rkey, m.n)
-        if a is not None and _run_last(m, comm, "Bcast", a, _C_CONTIG if comm._rank == root else _CW, None):
+        if a is not None and _run_last(m, comm, "Bcast", a, NP_C_CONTIGUOUS if comm._rank == root else _CW, None):
             return True
     rank, size = comm._rank, comm._size
     if type(root) is not int or not 0 <= root < size:
@@ -634,7 +635,7 @@ def bcast(comm, buf, root) -> bool:
                              _sig(dt)))
     ws = p.free.pop() if p.free else p.take()
     ws.cb[RBUF] = addr
-    if _go(p, comm, "Bcast", ws, a) and _PEEK:  # compiled: remember the kinds of these arguments
+    if _go(p, comm, "Bcast", ws, a) and PEEK_OK:  # compiled: remember the kinds of these arguments
         _LAST_BCAST.keep(comm, p, n, _kind(buf), root=root)
     return True
 
@@ -664,7 +665,7 @@ class _Last:
 _LAST = _Last()  # Allreduce's
 _LAST_BCAST = _Last()
 _LAST_REDUCE = _Last()
-_CW = _C_CONTIG | _WRITEABLE
+_CW = NP_C_CONTIGUOUS | NP_WRITEABLE
 
 
 def _same(spec, key, n: int):
@@ -777,7 +778,7 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     cb[RBUF] = raddr
     if not inplace:
         cb[SBUF] = saddr
-    if _go(p, comm, "Allreduce", ws, ra, sa) and _PEEK:  # compiled: remember the kinds of these arguments
+    if _go(p, comm, "Allreduce", ws, ra, sa) and PEEK_OK:  # compiled: remember the kinds of these arguments
         _LAST.keep(comm, p, n, _kind(recvbuf), None if inplace else _kind(sendbuf), op)
     return True
 
@@ -844,7 +845,7 @@ def reduce(comm, sendbuf, recvbuf, op, root) -> bool:
         cb[RBUF] = raddr
     if sa is not None:
         cb[SBUF] = saddr
-    if _go(p, comm, "Reduce", ws, ra, sa) and _PEEK:  # compiled: remember the kinds of these arguments
+    if _go(p, comm, "Reduce", ws, ra, sa) and PEEK_OK:  # compiled: remember the kinds of these arguments
         _LAST_REDUCE.keep(comm, p, n, _kind(recvbuf) if ra is not None else None,
                           _kind(sendbuf) if sa is not None else None, op, root)
     return True

@@ -56,6 +56,8 @@ from __future__ import annotations
 import platform
 import threading
 
+from .._arrays import NP_DATA_OFFSET, NP_FLAGS_OFFSET
+
 #: recv/wait results
 EMPTY, GOT, OTHER, EPOCH = 0, 1, 2, 3
 
@@ -92,9 +94,6 @@ STREAM_MIN = 4096
 #: step kinds of :func:`rounds` programs (rows of ``STEP`` int64: the kind, then its operands)
 SEND, RECV, COPY, RED = 0, 1, 2, 3
 STEP = 8
-#: byte offsets of the data pointer and the flags word in a CPython ndarray object (the layout
-#: gpumpi._arrays verifies at import before it reads them: ``_PEEK``)
-ND_DATA, ND_FLAGS = 16, 64
 #: the element types (NumPy ``dtype.str[1:]``, native byte order) and predefined operations
 #: the compiled reductions run, by code
 RTYPES = ("f8", "f4", "i8", "i4", "u8", "u4")
@@ -478,16 +477,16 @@ def _j_rounds(taba, cmapa, csize, proga, nsteps, i0, bufsa, rarr, rwant, sarr, s
     addresses go to ``bufs[1]``/``bufs[0]`` (the schedule's receive and send buffers) before
     anything is done, if their flags words have the bits ``rwant``/``swant`` (``NPY_ARRAY_*``);
     -2 if not (nothing done).  Callers pass them only where :mod:`gpumpi._arrays` verified
-    the ndarray header layout (``_PEEK``: data pointer at :data:`ND_DATA`, flags at
-    :data:`ND_FLAGS`)."""
-    if rarr and _ld64(rarr + ND_FLAGS) & rwant != rwant:
+    the ndarray header layout (``PEEK_OK``: data pointer at ``NP_DATA_OFFSET``, flags at
+    ``NP_FLAGS_OFFSET``, both :mod:`gpumpi._arrays`'s)."""
+    if rarr and _ld64(rarr + NP_FLAGS_OFFSET) & rwant != rwant:
         return -2
-    if sarr and _ld64(sarr + ND_FLAGS) & swant != swant:
+    if sarr and _ld64(sarr + NP_FLAGS_OFFSET) & swant != swant:
         return -2
     if rarr:
-        _st64(bufsa + 8, _ld64(rarr + ND_DATA))
+        _st64(bufsa + 8, _ld64(rarr + NP_DATA_OFFSET))
     if sarr:
-        _st64(bufsa, _ld64(sarr + ND_DATA))
+        _st64(bufsa, _ld64(sarr + NP_DATA_OFFSET))
     tab = _carray(_pi8(taba), 3 + 2 * _ld64(taba + 16))
     out = _carray(_pi8(outa), 4)
     prog = _carray(_pi8(proga), (nsteps, STEP))

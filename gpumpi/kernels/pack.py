@@ -83,7 +83,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .._arrays import _WRITEABLE, DEVICE, _nd_addr_flags
+from .._arrays import DEVICE, NP_WRITEABLE, ndarray_addr_flags
 from .._device import cuda_pointer_attributes
 from ..datatypes import plan as _plan
 
@@ -359,10 +359,10 @@ def _pack(plan, mem, lo: int, out) -> None:
     n = plan.nbytes
     src = np.frombuffer(memoryview(mem).toreadonly(), _U8, plan.hi - plan.lo, plan.lo - lo)
     dst = np.frombuffer(out, _U8, n)
-    oa, fl = _nd_addr_flags(dst)
-    if not fl & _WRITEABLE:
+    oa, fl = ndarray_addr_flags(dst)
+    if not fl & NP_WRITEABLE:
         raise ValueError(f"pack: output is read-only ({type(out).__name__} of {len(dst)} bytes)")
-    w = _fit(plan.word, _nd_addr_flags(src)[0] | oa)
+    w = _fit(plan.word, ndarray_addr_flags(src)[0] | oa)
     if w > 1:
         dt = _WORDS[w]
         src = src.view(dt)
@@ -379,10 +379,10 @@ def _unpack(plan, packed, mem, lo: int, n: int) -> None:
     """Kernel unpack of the first ``n`` packed bytes of a validated non-contiguous plan."""
     src = np.frombuffer(memoryview(packed).toreadonly(), _U8, n)
     dst = np.frombuffer(mem, _U8, plan.hi - plan.lo, plan.lo - lo)
-    da, fl = _nd_addr_flags(dst)
-    if not fl & _WRITEABLE:
+    da, fl = ndarray_addr_flags(dst)
+    if not fl & NP_WRITEABLE:
         raise ValueError(f"unpack: memory is read-only ({type(mem).__name__} of {len(dst)} bytes)")
-    w = _fit(plan.word, da | _nd_addr_flags(src)[0] | n)
+    w = _fit(plan.word, da | ndarray_addr_flags(src)[0] | n)
     if w > 1:
         dt = _WORDS[w]
         src = src.view(dt)

@@ -551,13 +551,13 @@ def device_reduce(red: Reducer, nunits: int, src: int, dst: int, adapter, stream
 
     s = adapter.current_stream() if stream is None else stream
     ns = pack._stream(cuda, False, s)
-    s8 = _dev_bytes(cuda, src, nbytes)
-    d8 = _dev_bytes(cuda, dst, nbytes)
+    s8 = device_bytes(cuda, src, nbytes)
+    d8 = device_bytes(cuda, dst, nbytes)
     _run_kernels(red, nunits, s8, d8, src, dst, cuda, False, kernels, ns)
     adapter.stream_synchronize(s)
 
 
-def _dev_bytes(cuda, addr: int, nbytes: int):
+def device_bytes(cuda, addr: int, nbytes: int):
     """A numba device array of ``nbytes`` bytes at device address ``addr`` (no ownership, no sync)."""
     desc = {"shape": (nbytes,), "typestr": "|u1", "data": (addr, False), "version": 3, "strides": None}
     return cuda.from_cuda_array_interface(desc, owner=None, sync=False)
@@ -654,7 +654,7 @@ class Elementwise:
 
         s = adapter.current_stream() if stream is None else stream
         ns = pack._stream(cuda, False, s)
-        s8, d8 = _dev_bytes(cuda, src, n), _dev_bytes(cuda, dst, n)
+        s8, d8 = device_bytes(cuda, src, n), device_bytes(cuda, dst, n)
         blocks, threads = _launch(nelem, False)
         k = self.device_kernel()
         if (src | dst) % _align_of(dt):

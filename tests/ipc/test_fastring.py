@@ -243,9 +243,10 @@ def test_ndarray_header_offsets_are_the_verified_ones():
     """rounds reads an array's data pointer and flags at the offsets gpumpi._arrays verified."""
     from gpumpi import _arrays as A
 
-    if not A._PEEK:
+    if not A.PEEK_OK:
         pytest.skip("this interpreter's ndarray layout is not the verified one: rounds gets no arrays")
+    assert (F.NP_DATA_OFFSET, F.NP_FLAGS_OFFSET) == (A.NP_DATA_OFFSET, A.NP_FLAGS_OFFSET)
     a = np.arange(5.0)
     word = lambda off: np.frombuffer(ctypes.string_at(id(a) + off, 8), np.uint64)[0]  # noqa: E731
-    assert word(F.ND_DATA) == a.ctypes.data == A._DATA[id(a) >> 3]
-    assert word(F.ND_FLAGS) == A._FLAGS[id(a) >> 3]
+    assert word(F.NP_DATA_OFFSET) == a.ctypes.data == A.PEEK_DATA[id(a) >> 3]
+    assert word(F.NP_FLAGS_OFFSET) == A.PEEK_FLAGS[id(a) >> 3]

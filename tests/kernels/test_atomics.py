@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 
 from gpumpi.kernels import atomics as A
+from gpumpi.kernels.atomics import _ops
+from gpumpi.kernels.atomics import device as D
 
 OPS = ["SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR", "REPLACE", "NO_OP"]
 INTS = ["i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8"]
@@ -434,7 +436,7 @@ def test_cross_process_cas_increments_and_spin_lock():
 
 
 def _sim_or_skip():
-    if not A._device()[1]:
+    if not D._device()[1]:
         pytest.skip("numba.cuda is a real GPU here (GPUMPI_TEST_REAL_GPU=1): see the gpu tests")
 
 
@@ -503,7 +505,7 @@ def test_device_kernels_repeated_offsets(op, t):
 
 def test_device_kernel_plan_covers_every_pair():
     """Which kernel runs each (op, type): CUDA atomics where numba has them, cas loops elsewhere."""
-    plan = {(op, t): A._plan(A._CODE[op], A._work_dtype(np.dtype(t)))[0] for op, t in PAIRS}
+    plan = {(op, t): D._plan(_ops.CODE[op], _ops.work_dtype(np.dtype(t)))[0] for op, t in PAIRS}
     assert plan[("SUM", "f4")] == "add" and plan[("SUM", "i8")] == "add"
     assert plan[("MAX", "u4")] == "max" and plan[("MAX", "f8")] == "cas_float"
     assert plan[("BXOR", "i4")] == "xor" and plan[("PROD", "i8")] == "cas_int"
@@ -539,7 +541,7 @@ def test_device_accumulate_real_gpu():
         pytest.skip(f"no CUDA GPU ({exc})")
     if not ngpu:
         pytest.skip("no CUDA GPU")
-    if A._device()[1]:
+    if D._device()[1]:
         pytest.skip("numba.cuda is the simulator in this process: run with GPUMPI_TEST_REAL_GPU=1")
     from gpumpi import _device
 
@@ -580,7 +582,7 @@ def test_device_compare_and_swap_kernels(t):
     el[:] = np.arange(n).astype(dt)
     before = win.copy()
     idx = np.arange(n, dtype=np.int64)
-    bits = A._UNSIGNED[dt.itemsize]
+    bits = _ops.UNSIGNED[dt.itemsize]
     wide = bits if dt.itemsize >= 4 else np.dtype(np.uint32)
     cmp_vals = np.where(idx % 2 == 0, idx, idx + 100).astype(dt)  # even elements match
     new_vals = (idx + 7).astype(dt)
