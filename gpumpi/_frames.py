@@ -18,8 +18,7 @@ from __future__ import annotations
 from . import _protocol as P
 from ._xfer import SEND, Arrival, Xfer
 from ._xfer import SLOTTED as _SLOTTED, UNSET as _UNSET
-from .datatypes.flatten import sig_name
-from .errors import ERR_OTHER, ERR_PROC_FAILED, ERR_TRUNCATE, ERR_TYPE
+from .errors import ERR_OTHER, ERR_PROC_FAILED, ERR_TYPE
 from .ipc.base import DEVICE, DIRECT, WRITE, PeerGone, address_of
 
 __all__ = ["FrameHandlers"]
@@ -50,15 +49,12 @@ class FrameHandlers:
         x.st_tag = tag
         x.st_nbytes = take
         x.msig = sig
-        if n > cap:
-            x.err = ERR_TRUNCATE
-            x.errmsg = f"{x.call}: message truncated ({n} bytes, buffer {cap})"
-        if sig and x.sig and sig != x.sig and n and self.typecheck:
-            # nothing is delivered; the protocol still runs so the sender completes
-            x.err = ERR_TYPE
-            x.errmsg = (f"{x.call}: type signature mismatch (message of {n} bytes of {sig_name(sig)} from rank "
-                        f"{src}, receive of {sig_name(x.sig)})")
-            x.cap = take = x.st_nbytes = 0
+        if n > cap or sig and x.sig and sig != x.sig:  # (the one receive check decides: _protocol)
+            e = P.receive_error(x.call, src, n, cap, sig, x.sig, self.typecheck)
+            if e is not None:
+                x.err, x.errmsg = e
+                if e[0] == ERR_TYPE:  # nothing is delivered; the protocol still runs so the sender completes
+                    x.cap = take = x.st_nbytes = 0
         if kind == P.EAGER:
             if take:
                 x.mem[:take] = data if take == n else data[:take]

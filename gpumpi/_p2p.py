@@ -472,7 +472,7 @@ def _send_device(m, wpeer: int, me: int, tag: int, ctx: int, mode: int, call: st
         if packed is not None:
             m, stream, release = packed
     eng = _rt.ENGINE
-    if m.contiguous and mode != BUFFERED and m.nbytes > eng.eager_limit:
+    if m.contiguous and mode != BUFFERED and _P.send_plan(m.nbytes, eng.eager_limit, mode) == "rts":
         x = _device_send(eng, m, wpeer, me, tag, ctx, mode, call, stream, sig)
         if release is not None:
             after(x, release)

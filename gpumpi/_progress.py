@@ -115,8 +115,8 @@ class Engine(CompiledPath, FrameHandlers, Failures):
         self.freed_ctx: set = set()  # context ids of freed communicators (stale handle copies fail)
         self.cancellable: dict = {}
         self.next_msgid = 1
-        ring = self.tr.max_payload * 2
-        self.eager_limit = min(cfg.eager_limit or min(65536, ring // 4), self.tr.max_payload - 64)
+        self.eager_limit, self.far_eager = P.eager_limits(cfg.eager_limit, self.tr.max_payload, cfg.mpi_eager,
+                                                          bool(self.far))
         self.chunk = min(cfg.chunk, self.tr.max_payload)
         self.split_min = cfg.split_min
         self.typecheck = cfg.typecheck
@@ -135,8 +135,6 @@ class Engine(CompiledPath, FrameHandlers, Failures):
         self.stream_mode = cfg.stream_mode
         self.held: dict = {}  # size -> free buffers of unexpected eager payloads (_hold)
         self.held_bytes = 0
-        # messages above this go to ranks of other nodes pushed ahead (GPUMPI_MPI_EAGER)
-        self.far_eager = min(cfg.mpi_eager, self.eager_limit) if self.far else self.eager_limit
         self._init_compiled(cfg)
         try:
             cores = len(os.sched_getaffinity(0))

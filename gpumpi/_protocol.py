@@ -89,6 +89,9 @@ from __future__ import annotations
 
 import struct
 
+from .datatypes.flatten import sig_name
+from .errors import ERR_COUNT, ERR_TRUNCATE, ERR_TYPE
+
 # --- frame kinds and flags -------------------------------------------------------------
 EAGER, RTS, ACK, CTS, DATA, CANCEL, CREPLY, WRT, WDONE, STATE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 FLAG_SYNC = 1  # EAGER: receiver must ACK on match
@@ -167,6 +170,47 @@ def step(table: dict, state: int, event: str) -> int:
 
 
 # --- decisions --------------------------------------------------------------------------
+#: the eager limit when none is configured (``GPUMPI_EAGER_LIMIT``): messages up to it travel
+#: inside their frame; the small-call collective path (``collectives._lean``) keeps to it too
+DEFAULT_EAGER = 65536
+
+
+def eager_limits(configured: int, max_payload: int, mpi_eager: int, far: bool) -> tuple:
+    """``(eager limit, far eager limit)``: the largest message that travels inside its frame,
+    to a rank of this node and to a rank of another node.  ``configured``: the eager limit
+    asked for (0: the default, at most a quarter of the two frames' room a ring holds);
+    ``max_payload``: a frame's largest payload (a frame header's 64 bytes stay free);
+    ``mpi_eager``: ``GPUMPI_MPI_EAGER``; ``far``: the job has ranks on other nodes."""
+    eager = min(configured or min(DEFAULT_EAGER, max_payload * 2 // 4), max_payload - 64)
+    return eager, (min(mpi_eager, eager) if far else eager)
+
+
+def receive_error(call: str, peer: int, nbytes: int, room: int, msig: int, rsig: int, typecheck: bool,
+                  exact: bool = False):
+    """The error of a receive of ``room`` bytes and signature code ``rsig`` that got a message of
+    ``nbytes`` bytes and code ``msig`` from rank ``peer``: ``(error class, message)``, or None.
+
+    A point-to-point receive (``exact`` False) fails with ``ERR_TYPE`` when the types differ
+    (checked when both are typed, the message is not empty and ``typecheck`` is on), else
+    with ``ERR_TRUNCATE`` when the message is longer than the room.  A collective's receive
+    (``exact``) expects exactly ``room`` bytes: any other number is ``ERR_COUNT``, checked
+    before the types."""
+    mismatch = msig and rsig and msig != rsig and nbytes and typecheck
+    if exact:
+        if nbytes != room:
+            return ERR_COUNT, f"{call}: rank {peer} sent {nbytes} bytes, this rank expects {room}"
+        if mismatch:
+            return ERR_TYPE, (f"{call}: type signature mismatch (rank {peer} sent {nbytes} bytes of "
+                              f"{sig_name(msig)}, this rank receives {sig_name(rsig)})")
+        return None
+    if mismatch:
+        return ERR_TYPE, (f"{call}: type signature mismatch (message of {nbytes} bytes of {sig_name(msig)} from "
+                          f"rank {peer}, receive of {sig_name(rsig)})")
+    if nbytes > room:
+        return ERR_TRUNCATE, f"{call}: message truncated ({nbytes} bytes, buffer {room})"
+    return None
+
+
 def send_plan(nbytes: int, eager_limit: int, mode: int) -> str:
     """The first event of a send, naming its protocol: ``eager`` when the payload fits the
     eager limit (``eager_sync`` for synchronous sends, which wait for the match), else ``rts``."""

@@ -330,3 +330,40 @@ def test_header_unpack_from_offset():
     assert HEADER.unpack_from(buf, 8) == (40, RTS, FLAG_OFFER, 0, 3, 7, 123, 9)
     assert struct.unpack_from("<Q", buf, 8 + HLEN) == (0xDEADBEEF,)
     assert struct.calcsize(HEADER.format) == 32
+
+
+# --- the one receive check and the eager limits ----------------------------------------------------
+
+
+def test_receive_error_point_to_point():
+    from gpumpi.errors import ERR_TRUNCATE, ERR_TYPE
+
+    assert P.receive_error("Recv", 1, 8, 8, 5, 5, True) is None
+    assert P.receive_error("Recv", 1, 4, 8, 5, 5, True) is None  # shorter than the buffer: fine (MPI)
+    assert P.receive_error("Recv", 1, 16, 8, 0, 5, True) == (ERR_TRUNCATE, "Recv: message truncated (16 bytes, buffer 8)")
+    code, msg = P.receive_error("Recv", 3, 16, 8, 5, 6, True)  # both wrong: the type decides
+    assert code == ERR_TYPE and msg.startswith("Recv: type signature mismatch (message of 16 bytes of ")
+    assert "from rank 3" in msg
+    assert P.receive_error("Recv", 3, 8, 8, 5, 6, False) is None  # type checks off
+    assert P.receive_error("Recv", 3, 0, 8, 5, 6, True) is None  # an empty message has no type to check
+    assert P.receive_error("Recv", 3, 8, 8, 0, 6, True) is None  # an untyped message
+
+
+def test_receive_error_collective_expects_exactly():
+    from gpumpi.errors import ERR_COUNT, ERR_TYPE
+
+    assert P.receive_error("Bcast", 2, 8, 8, 5, 5, True, exact=True) is None
+    assert P.receive_error("Bcast", 2, 4, 8, 5, 6, True, exact=True) == (
+        ERR_COUNT, "Bcast: rank 2 sent 4 bytes, this rank expects 8")  # the count first
+    code, msg = P.receive_error("Bcast", 2, 8, 8, 5, 6, True, exact=True)
+    assert code == ERR_TYPE and msg.startswith("Bcast: type signature mismatch (rank 2 sent 8 bytes of ")
+
+
+def test_eager_limits():
+    # default: 64 KiB, or a quarter of a ring's two frames' room when that is smaller
+    assert P.eager_limits(0, 1 << 20, 16384, False) == (65536, 65536)
+    assert P.eager_limits(0, 65536, 16384, False) == (32768, 32768)
+    assert P.eager_limits(4096, 1 << 20, 16384, False) == (4096, 4096)
+    assert P.eager_limits(1 << 30, 1 << 20, 16384, False) == ((1 << 20) - 64, (1 << 20) - 64)  # a frame's room
+    assert P.eager_limits(0, 1 << 20, 16384, True) == (65536, 16384)  # other nodes: GPUMPI_MPI_EAGER
+    assert P.eager_limits(1024, 1 << 20, 16384, True) == (1024, 1024)

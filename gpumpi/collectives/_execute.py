@@ -46,6 +46,7 @@ from bisect import bisect_right
 import numpy as np
 
 from .. import _device
+from .. import _protocol as P
 from .. import _p2p
 from .. import _pool
 from .. import _runtime as _rt
@@ -53,7 +54,6 @@ from .._arrays import HOST
 from .._buffers import Msg
 from .._xfer import GREQ, SENT, Xfer
 from ..datatypes import plan as _plan
-from ..datatypes.flatten import sig_name
 from ..datatypes.predefined import BYTE
 from ..op import reduce3, reduce_packed
 from ..errors import ERR_COUNT, ERR_OTHER, ERR_REQUEST, ERR_TRUNCATE, ERR_TYPE, error
@@ -328,11 +328,10 @@ class Run:
         if x.msig:
             self.fsig[b] = x.msig
         got = x.st_nbytes
-        if got != n:
-            self.errs.append((ERR_COUNT, f"{c.call}: rank {peer} sent {got} bytes, this rank expects {n}"))
-        elif x.msig and c.sig and x.msig != c.sig and n and _rt.ENGINE.typecheck:
-            self.errs.append((ERR_TYPE, f"{c.call}: type signature mismatch (rank {peer} sent {n} bytes of "
-                                        f"{sig_name(x.msig)}, this rank receives {sig_name(c.sig)})"))
+        if got != n or x.msig and c.sig and x.msig != c.sig:
+            e = P.receive_error(c.call, peer, got, n, x.msig, c.sig, _rt.ENGINE.typecheck, exact=True)
+            if e is not None:
+                self.errs.append(e)
 
     # --- local steps -----------------------------------------------------------------------------
     def _reduce(self, st) -> None:

@@ -89,9 +89,9 @@ from .._arrays import (DATATYPE_BY_DTYPE_ID, NP_C_CONTIGUOUS, NP_WRITEABLE, PEEK
                        lookup_dtype, ndarray_addr_flags)
 from .._p2p import signature as _sig
 from .._xfer import SENT, threads as _threads
+from .._protocol import DEFAULT_EAGER, receive_error
 from ..constants import COMBINER_NAMED, IN_PLACE
 from ..datatypes._core import Datatype
-from ..datatypes.flatten import sig_name
 from ..errors import ERR_COUNT, ERR_OTHER, ERR_TRUNCATE, ERR_TYPE, error
 from ..errors import Exception as MPIException
 from ..ipc import fastring as _F
@@ -107,7 +107,7 @@ ENABLED = True
 #: these calls to the general path, whose schedules are hierarchical (``_calls._nodes_of``)
 FAR = False
 #: the largest buffer (bytes) this path takes
-MAX_BYTES = 65536
+MAX_BYTES = DEFAULT_EAGER
 
 _ND = np.ndarray
 _U8 = np.uint8
@@ -581,11 +581,10 @@ def _check(err: int, errmsg, got: int, msig: int, b: int, n: int, peer: int, cal
     if msig:
         fs = {} if fs is None else fs
         fs[b] = msig
-    if got != n:
-        errs = (errs or []) + [(ERR_COUNT, f"{call}: rank {peer} sent {got} bytes, this rank expects {n}")]
-    elif msig and sig and msig != sig and n and eng.typecheck:
-        errs = (errs or []) + [(ERR_TYPE, f"{call}: type signature mismatch (rank {peer} sent {n} bytes of "
-                                          f"{sig_name(msig)}, this rank receives {sig_name(sig)})")]
+    if got != n or msig and sig and msig != sig:
+        e = receive_error(call, peer, got, n, msig, sig, eng.typecheck, exact=True)
+        if e is not None:
+            errs = (errs or []) + [e]
     return errs, fatal, fs
 
 
