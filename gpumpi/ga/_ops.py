@@ -5,13 +5,13 @@ Theory of operation
 Every function here is collective over the group of the array(s) it names (they must all be on
 one group): every member calls it with the same arguments.  Arguments are checked before any
 communication, identically on every member, so a bad call raises everywhere.  The implicit
-syncs of GA (Manual §6.4) open and close each operation: ``_core.sync_in`` / ``sync_out`` for
+syncs of GA (Manual §6.4) open and close each operation: ``synchronization.sync_in`` / ``sync_out`` for
 arrays on the default group, a flush plus a barrier of the array's own group otherwise; both
 honour ``mask_sync``.
 
 Owner computes.  Each process computes the part of the destination patch it owns
-(``_core.local_patch``) and writes it through the view of its own memory; the source elements
-that match it come from ``_core.fetch`` (one-sided gets, plain copies where the owner's memory
+(``local_data.local_patch``) and writes it through the view of its own memory; the source elements
+that match it come from ``transfers.fetch`` (one-sided gets, plain copies where the owner's memory
 is mapped here).  Elements of two patches match by their position in C order: element ``k``
 of ``op(A[alo:ahi])`` goes with element ``k`` of ``B[blo:bhi]``, so patches may differ in shape
 as long as they hold as many elements.  ``op`` is nothing or, with ``trans``/``ta``/``tb``, the
@@ -19,7 +19,7 @@ transpose of the patch: its dimensions in reverse order (NumPy's ``.T``; GA's co
 the indices the same way), dimensions of extent 1 not counting.  Where the two patches,
 without their unit dimensions, have the same logical shape the matching elements form a box of
 the source and one fetch brings them (then a transpose if one side is transposed); otherwise
-the destination's linear indices are mapped to source subscripts and ``_core.gather`` brings
+the destination's linear indices are mapped to source subscripts and ``transfers.gather`` brings
 them element by element (correct, and slow, like GA's scatter fallback).
 
 Reductions (``dot``, the norms, ``select_elem``, ``step_max``) reduce each process's own block
@@ -84,14 +84,15 @@ import time
 
 import numpy as np
 
-from . import _core
 from . import _layout as L
-from ._core import GAError
+from . import buffers, groups, local_data, state, synchronization, transfers
+from .handles import arr
+from .state import GAError
 
 # --- helpers -------------------------------------------------------------------------------------
-_TYPE_NAMES = {_core.C_CHAR: "C_CHAR", _core.C_INT: "C_INT", _core.C_LONG: "C_LONG", _core.C_FLOAT: "C_FLOAT",
-               _core.C_DBL: "C_DBL", _core.C_LDBL: "C_LDBL", _core.C_SCPL: "C_SCPL", _core.C_DCPL: "C_DCPL",
-               _core.C_LDCPL: "C_LDCPL", _core.C_LONGLONG: "C_LONGLONG"}
+_TYPE_NAMES = {state.C_CHAR: "C_CHAR", state.C_INT: "C_INT", state.C_LONG: "C_LONG", state.C_FLOAT: "C_FLOAT",
+               state.C_DBL: "C_DBL", state.C_LDBL: "C_LDBL", state.C_SCPL: "C_SCPL", state.C_DCPL: "C_DCPL",
+               state.C_LDCPL: "C_LDCPL", state.C_LONGLONG: "C_LONGLONG"}
 #: the element types GA's typed calls (dot, gop) dispatch on
 _NUMERIC = tuple(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64, np.complex64, np.complex128))
 _FLOATING = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
@@ -102,7 +103,7 @@ def _tname(a) -> str:
 
 
 #: ``x`` as a NumPy array (a device array is copied to the host)
-_host = _core._to_host
+_host = buffers.to_host
 
 
 def _as_xp(x, xp):
@@ -119,12 +120,12 @@ def _done(xp) -> None:
 
 
 def _fetch(a, lo, hi, xp):
-    return _as_xp(_core.fetch(a, tuple(lo), tuple(hi)), xp)
+    return _as_xp(transfers.fetch(a, tuple(lo), tuple(hi)), xp)
 
 
 def _arrays(call: str, *handles):
     """The arrays behind ``handles``, checked to live on one processor group."""
-    arrs = [_core.arr(h, call) for h in handles]
+    arrs = [arr(h, call) for h in handles]
     g = arrs[0].group
     for x in arrs[1:]:
         if x.group is not g:
@@ -160,22 +161,22 @@ def _scalar(a, value, call: str, what: str, default=None):
 
 def _gsync(a) -> None:
     """Complete every outstanding operation and barrier ``a``'s group (GA_Pgroup_sync)."""
-    for x in list(_core.S.arrays.values()):
+    for x in list(state.S.arrays.values()):
         if x.allocated and x.group.comm is not None:
             x.win.Flush_all()
-    _core.group_comm(a).Barrier()
+    groups.group_comm(a).Barrier()
 
 
 def _on_default(a) -> bool:
-    return a.group.handle == _core.S.default
+    return a.group.handle == state.S.default
 
 
 def _enter(a) -> None:
     """The sync at the start of a collective operation on ``a`` (unless masked)."""
     if _on_default(a):
-        _core.sync_in()
+        synchronization.sync_in()
         return
-    st = _core.S
+    st = state.S
     if st.mask[0]:
         _gsync(a)
     st.mask[0] = True
@@ -184,9 +185,9 @@ def _enter(a) -> None:
 def _leave(a) -> None:
     """The sync at the end of a collective operation on ``a`` (unless masked)."""
     if _on_default(a):
-        _core.sync_out()
+        synchronization.sync_out()
         return
-    st = _core.S
+    st = state.S
     if st.mask[1]:
         _gsync(a)
     st.mask[1] = True
@@ -194,7 +195,7 @@ def _leave(a) -> None:
 
 def _barrier(a) -> None:
     """Between the reads and the writes of an operation whose output aliases an input."""
-    _core.group_comm(a).Barrier()
+    groups.group_comm(a).Barrier()
 
 
 def _patches_given(*bounds) -> bool:
@@ -219,7 +220,7 @@ class _Patch:
 
 
 def _patch(a, lo, hi, trans, call: str) -> _Patch:
-    lo, hi = _core.patch(a, lo, hi, call)
+    lo, hi = buffers.patch_bounds(a, lo, hi, call)
     return _Patch(a, lo, hi, bool(trans), call)
 
 
@@ -255,19 +256,19 @@ def _matched(dst: _Patch, plo, phi, src: _Patch, xp):
     if src.axes:
         for sd, c in zip(src.axes, np.unravel_index(k, src.lshape)):
             subs[..., sd] += c
-    vals = _core.gather(src.a.handle, subs.reshape(-1, src.a.ndim))
+    vals = transfers.gather(src.a.handle, subs.reshape(-1, src.a.ndim))
     return _as_xp(vals.reshape(sub), xp)
 
 
 # --- whole arrays and patches: in place ------------------------------------------------------------
 def _in_place(g_a, lo, hi, call: str, fn, check=None) -> None:
-    a = _core.arr(g_a, call)
-    lo, hi = _core.patch(a, lo, hi, call)
+    a = arr(g_a, call)
+    lo, hi = buffers.patch_bounds(a, lo, hi, call)
     args = check(a) if check is not None else ()
     _enter(a)
-    got = _core.local_patch(a, lo, hi)
+    got = local_data.local_patch(a, lo, hi)
     if got is not None:
-        xp = _core.xp_of(a)
+        xp = buffers.xp_of(a)
         fn(got[0], xp, *args)
         _done(xp)
     _leave(a)
@@ -343,15 +344,15 @@ def randomize(g_a, val=None) -> None:
     time, so the streams differ between processes and runs.  Integer arrays get integers in
     ``[0, val)`` (``val`` at least 1); complex arrays get real and imaginary parts in
     ``[0, val.real)`` and ``[0, val.imag)``, or both in ``[0, val)`` for a real ``val``."""
-    a = _core.arr(g_a, "randomize")
+    a = arr(g_a, "randomize")
     v = _scalar(a, val, "randomize", "val", default=1)
     if a.dtype.kind in "iu" and v < 1:
         raise ValueError(f"randomize: val must be at least 1 for an integer array ({val!r})")
     _enter(a)
-    got = _core.local_patch(a, (0,) * a.ndim, a.dims)
+    got = local_data.local_patch(a, (0,) * a.ndim, a.dims)
     if got is not None:
         view = got[0]
-        xp = _core.xp_of(a)
+        xp = buffers.xp_of(a)
         rng = np.random.default_rng([a.me, time.time_ns() & 0xFFFFFFFFFFFF])
         shape = tuple(view.shape)
         if a.dtype.kind in "iu":
@@ -372,8 +373,8 @@ def _elementwise(call: str, out, out_lo, out_hi, srcs, fn) -> None:
     :class:`_Patch` es; ``fn`` gets their matched values and the array module."""
     a = out.a
     _enter(a)
-    got = _core.local_patch(a, out_lo, out_hi)
-    xp = _core.xp_of(a)
+    got = local_data.local_patch(a, out_lo, out_hi)
+    xp = buffers.xp_of(a)
     res = None
     if got is not None:
         view, plo, phi = got
@@ -490,7 +491,7 @@ def median(g_a, g_b, g_c, g_m, alo=None, ahi=None, blo=None, bhi=None, clo=None,
 # --- reductions ----------------------------------------------------------------------------------
 def _sum_all(a, x):
     """The sum over the group of each member's ``x``, added in rank order (the same everywhere)."""
-    parts = _core.group_comm(a).allgather(x)
+    parts = groups.group_comm(a).allgather(x)
     total = parts[0]
     for p in parts[1:]:
         total = total + p
@@ -521,11 +522,11 @@ def dot(g_a, g_b, alo=None, ahi=None, blo=None, bhi=None, ta=False, tb=False):
     pa, pb = _patch(a, alo, ahi, ta, call), _patch(b, blo, bhi, tb, call)
     _check_sizes(call, pa, pb)
     _enter(a)
-    got = _core.local_patch(a, pa.lo, pa.hi)
+    got = local_data.local_patch(a, pa.lo, pa.hi)
     part = a.dtype.type(0)
     if got is not None:
         view, plo, phi = got
-        xp = _core.xp_of(a)
+        xp = buffers.xp_of(a)
         part = _host(xp.sum(view * _matched(pa, plo, phi, pb, xp)))[()]
     total = _pyscalar(a, _sum_all(a, _pyscalar(a, part)))
     _leave(a)
@@ -550,16 +551,16 @@ def norm_infinity(g_a) -> float:
 
 
 def _norm(g_a, call: str, axis: int) -> float:
-    MPI = _core._mpi()
-    a = _core.arr(g_a, call)
+    MPI = state.mpi()
+    a = arr(g_a, call)
     _norm_check(a, call)
     _enter(a)
-    got = _core.local_patch(a, (0,) * a.ndim, a.dims)
-    comm = _core.group_comm(a)
+    got = local_data.local_patch(a, (0,) * a.ndim, a.dims)
+    comm = groups.group_comm(a)
     if a.ndim == 1:
         part = np.zeros(1)
         if got is not None:
-            v = _host(_core.xp_of(a).abs(got[0])).astype(np.float64)
+            v = _host(buffers.xp_of(a).abs(got[0])).astype(np.float64)
             part[0] = v.sum() if axis == 1 else v.max(initial=0.0)
         out = np.empty(1)
         comm.Allreduce(part, out, op=MPI.SUM if axis == 1 else MPI.MAX)
@@ -569,7 +570,7 @@ def _norm(g_a, call: str, axis: int) -> float:
         part = np.zeros(n)
         if got is not None:
             view, plo, phi = got
-            v = _host(_core.xp_of(a).abs(view)).astype(np.float64)
+            v = _host(buffers.xp_of(a).abs(view)).astype(np.float64)
             part[plo[1 - axis]:phi[1 - axis]] = v.sum(axis=axis)
         out = np.empty(n)
         comm.Allreduce(part, out, op=MPI.SUM)
@@ -589,15 +590,15 @@ def select_elem(g_a, op):
         op = op.decode()
     if op not in ("min", "max"):
         raise ValueError(f"{call}: op must be 'min' or 'max' ({op!r})")
-    a = _core.arr(g_a, call)
+    a = arr(g_a, call)
     if a.dtype.kind not in "iufc":
         raise TypeError(f"{call}: type not supported ({_tname(a)})")
     _enter(a)
-    got = _core.local_patch(a, (0,) * a.ndim, a.dims)
+    got = local_data.local_patch(a, (0,) * a.ndim, a.dims)
     mine = None
     if got is not None:
         view, plo, phi = got
-        xp = _core.xp_of(a)
+        xp = buffers.xp_of(a)
         key = xp.abs(view) if a.dtype.kind == "c" else view
         i = int(_host(xp.argmin(key) if op == "min" else xp.argmax(key)))
         loc = np.unravel_index(i, tuple(view.shape))
@@ -606,7 +607,7 @@ def select_elem(g_a, op):
         k = _host(key[loc])[()]
         mine = (k.item(), sub, _pyscalar(a, val))  # the key as compared here (complex: |z| in its precision)
     best = None
-    for cand in _core.group_comm(a).allgather(mine):
+    for cand in groups.group_comm(a).allgather(mine):
         if cand is None:
             continue
         if best is None or (cand[0] < best[0] if op == "min" else cand[0] > best[0]) or \
@@ -644,18 +645,18 @@ def step_max(g_a, g_b, alo=None, ahi=None, blo=None, bhi=None) -> float:
     if a is b:
         _leave(a)
         return huge
-    got = _core.local_patch(a, pa.lo, pa.hi)
+    got = local_data.local_patch(a, pa.lo, pa.hi)
     neg, step = 0, np.inf
     if got is not None:
         view, plo, phi = got
-        xp = _core.xp_of(a)
+        xp = buffers.xp_of(a)
         x = _host(view).astype(np.float64)
         y = _host(_matched(pa, plo, phi, pb, xp)).astype(np.float64)
         neg = int((x < 0).any())
         bound = y < 0
         if bound.any():
             step = float((-x[bound] / y[bound]).min())
-    comm = _core.group_comm(a)
+    comm = groups.group_comm(a)
     if any(comm.allgather(neg)):
         _leave(a)
         raise ValueError(f"{call}: array {a.handle} has a negative element in the patch")
@@ -690,14 +691,14 @@ def symmetrize(g_a) -> None:
     """``A = (A + A^T) / 2`` over the last two dimensions, which must be equal (GA_Symmetrize).
     Collective.  Floating and complex types (GA: double only)."""
     call = "symmetrize"
-    a = _core.arr(g_a, call)
+    a = arr(g_a, call)
     if a.ndim < 2 or a.dims[-1] != a.dims[-2]:
         raise ValueError(f"{call}: the last two extents must be equal ({list(a.dims)})")
     if a.dtype not in _FLOATING:
         raise TypeError(f"{call}: only floating and complex arrays ({_tname(a)})")
     _enter(a)
-    got = _core.local_patch(a, (0,) * a.ndim, a.dims)
-    xp = _core.xp_of(a)
+    got = local_data.local_patch(a, (0,) * a.ndim, a.dims)
+    xp = buffers.xp_of(a)
     t = None
     if got is not None:
         view, plo, phi = got
@@ -761,9 +762,9 @@ def matmul_patch(transa, transb, alpha, beta, g_a, alo, ahi, g_b, blo, bhi, g_c,
     ta, tb = _trans_flag(transa, call), _trans_flag(transb, call)
     al = _scalar(a, alpha, call, "alpha", default=1)
     be = _scalar(a, beta, call, "beta", default=1)
-    alo, ahi = _core.patch(a, alo, ahi, call)
-    blo, bhi = _core.patch(b, blo, bhi, call)
-    clo, chi = _core.patch(c, clo, chi, call)
+    alo, ahi = buffers.patch_bounds(a, alo, ahi, call)
+    blo, bhi = buffers.patch_bounds(b, blo, bhi, call)
+    clo, chi = buffers.patch_bounds(c, clo, chi, call)
     ar, ac = ahi[0] - alo[0], ahi[1] - alo[1]
     br, bc = bhi[0] - blo[0], bhi[1] - blo[1]
     M, K = (ac, ar) if ta else (ar, ac)
@@ -772,8 +773,8 @@ def matmul_patch(transa, transb, alpha, beta, g_a, alo, ahi, g_b, blo, bhi, g_c,
         raise ValueError(f"{call}: shapes do not conform (op(A) {M}x{K}, op(B) {K2}x{N}, "
                          f"C {chi[0] - clo[0]}x{chi[1] - clo[1]})")
     _enter(c)
-    got = _core.local_patch(c, clo, chi)
-    xp = _core.xp_of(c)
+    got = local_data.local_patch(c, clo, chi)
+    xp = buffers.xp_of(c)
     res = None
     if got is not None:
         view, plo, phi = got
@@ -809,7 +810,7 @@ def _diag(a, got, xp):
 
 
 def _diag_op(g_a, g_v, call: str, fn, value=None) -> None:
-    a = _core.arr(g_a, call)
+    a = arr(g_a, call)
     _need_2d(call, a)
     v = None
     if g_v is not None:
@@ -819,9 +820,9 @@ def _diag_op(g_a, g_v, call: str, fn, value=None) -> None:
             raise ValueError(f"{call}: the vector must be 1-D of the diagonal's length "
                              f"({list(v.dims)}, diagonal {min(a.dims)})")
     _enter(a)
-    got = _core.local_patch(a, (0, 0), a.dims)
+    got = local_data.local_patch(a, (0, 0), a.dims)
     if got is not None:
-        xp = _core.xp_of(a)
+        xp = buffers.xp_of(a)
         d = _diag(a, got, xp)
         if d is not None:
             ij, i0, i1 = d
@@ -839,7 +840,7 @@ def zero_diagonal(g_a) -> None:
 
 def shift_diagoal(g_a, value=None) -> None:
     """``A_ii += value`` (GA_Shift_diagonal; ga4py's misspelled name; ``value`` None: 1). Collective."""
-    a = _core.arr(g_a, "shift_diagonal")
+    a = arr(g_a, "shift_diagonal")
     val = _scalar(a, value, "shift_diagonal", "value", default=1)
     _diag_op(g_a, None, "shift_diagonal", lambda d, v: d + v, val)
 
@@ -869,12 +870,12 @@ def get_diag(g_a, g_v) -> None:
         raise ValueError(f"{call}: the vector must be 1-D of the diagonal's length "
                          f"({list(v.dims)}, diagonal {min(a.dims)})")
     _enter(v)
-    got = _core.local_patch(v, (0,), v.dims)
+    got = local_data.local_patch(v, (0,), v.dims)
     if got is not None:
         view, plo, phi = got
-        xp = _core.xp_of(v)
+        xp = buffers.xp_of(v)
         i = np.arange(plo[0], phi[0], dtype=np.int64)
-        view[...] = _as_xp(_core.gather(a.handle, np.stack([i, i], axis=1)), xp)
+        view[...] = _as_xp(transfers.gather(a.handle, np.stack([i, i], axis=1)), xp)
         _done(xp)
     _leave(v)
 
@@ -887,10 +888,10 @@ def _scale_lines(g_a, g_v, call: str, axis: int) -> None:
         raise ValueError(f"{call}: the vector must be 1-D with one element per {'row' if axis == 0 else 'column'} "
                          f"({list(v.dims)}, array {list(a.dims)})")
     _enter(a)
-    got = _core.local_patch(a, (0, 0), a.dims)
+    got = local_data.local_patch(a, (0, 0), a.dims)
     if got is not None:
         view, plo, phi = got
-        xp = _core.xp_of(a)
+        xp = buffers.xp_of(a)
         s = _fetch(v, (plo[axis],), (phi[axis],), xp)
         view *= s[:, None] if axis == 0 else s[None, :]
         _done(xp)
@@ -928,15 +929,15 @@ def enum(g_a, lo=None, hi=None, start=None, inc=None) -> None:
     """``a[i] = start + (i - lo) * inc`` for ``lo <= i <= hi`` (inclusive; GA_Patch_enum);
     ``start`` and ``inc`` default to 1. Collective."""
     call = "enum"
-    a = _core.arr(g_a, call)
+    a = arr(g_a, call)
     lo, hi1 = _range1(a, lo, hi, call)
     s = _scalar(a, start, call, "start", default=1)
     d = _scalar(a, inc, call, "inc", default=1)
     _enter(a)
-    got = _core.local_patch(a, (lo,), (hi1,)) if hi1 > lo else None
+    got = local_data.local_patch(a, (lo,), (hi1,)) if hi1 > lo else None
     if got is not None:
         view, plo, phi = got
-        xp = _core.xp_of(a)
+        xp = buffers.xp_of(a)
         view[...] = (xp.arange(plo[0] - lo, phi[0] - lo).astype(a.dtype) * d + s).astype(a.dtype)
         _done(xp)
     _leave(a)
@@ -959,20 +960,20 @@ def _scan(call, g_src, g_dst, g_msk, lo, hi, compute) -> None:
     src, dst, msk = _scan_arrays(call, g_src, g_dst, g_msk)
     lo, hi1 = _range1(dst, lo, hi, call)
     _enter(dst)
-    got = _core.local_patch(dst, (lo,), (hi1,)) if hi1 > lo else None
+    got = local_data.local_patch(dst, (lo,), (hi1,)) if hi1 > lo else None
     res = None
     if got is not None:
         view, plo, phi = got
         end = phi[0]  # this block's values depend on the range up to its end
-        s = _host(_core.fetch(src, (lo,), (end,)))
-        m = _host(_core.fetch(msk, (lo,), (end,))) != 0
+        s = _host(transfers.fetch(src, (lo,), (end,)))
+        m = _host(transfers.fetch(msk, (lo,), (end,))) != 0
         out, touched = compute(s, m)
         res = out[plo[0] - lo:], touched[plo[0] - lo:]
     if msk is dst:
         _barrier(dst)
     if got is not None:
         view = got[0]
-        xp = _core.xp_of(dst)
+        xp = buffers.xp_of(dst)
         vals, sel = res
         if sel.all():
             view[...] = _as_xp(vals, xp)
@@ -1017,11 +1018,11 @@ def scan_copy(g_src, g_dst, g_msk, lo=None, hi=None) -> None:
 
 def _count_bits(msk, lo: int, hi1: int) -> int:
     """Non-zero elements of ``msk[lo:hi1]``, counted by their owners and summed (collective)."""
-    got = _core.local_patch(msk, (lo,), (hi1,)) if hi1 > lo else None
+    got = local_data.local_patch(msk, (lo,), (hi1,)) if hi1 > lo else None
     mine = 0
     if got is not None:
-        mine = int(_host(_core.xp_of(msk).count_nonzero(got[0])))
-    return sum(_core.group_comm(msk).allgather(mine))
+        mine = int(_host(buffers.xp_of(msk).count_nonzero(got[0])))
+    return sum(groups.group_comm(msk).allgather(mine))
 
 
 def pack(g_src, g_dst, g_msk, lo=None, hi=None) -> int:
@@ -1038,18 +1039,18 @@ def pack(g_src, g_dst, g_msk, lo=None, hi=None) -> int:
     if count > dst.dims[0]:
         _leave(dst)
         raise ValueError(f"{call}: {count} elements do not fit in dst (length {dst.dims[0]})")
-    got = _core.local_patch(dst, (0,), (count,)) if count else None
+    got = local_data.local_patch(dst, (0,), (count,)) if count else None
     vals = None
     if got is not None:
         view, plo, phi = got
-        pos = np.flatnonzero(_host(_core.fetch(msk, (lo,), (hi1,))) != 0) + lo
+        pos = np.flatnonzero(_host(transfers.fetch(msk, (lo,), (hi1,))) != 0) + lo
         mine = pos[plo[0]:phi[0]]
-        part = _host(_core.fetch(src, (int(mine[0]),), (int(mine[-1]) + 1,)))
+        part = _host(transfers.fetch(src, (int(mine[0]),), (int(mine[-1]) + 1,)))
         vals = part[mine - mine[0]]
     if dst is src or dst is msk:
         _barrier(dst)
     if got is not None:
-        xp = _core.xp_of(dst)
+        xp = buffers.xp_of(dst)
         got[0][...] = _as_xp(vals, xp)
         _done(xp)
     _leave(dst)
@@ -1071,19 +1072,19 @@ def unpack(g_src, g_dst, g_msk, lo=None, hi=None) -> int:
     if count > src.dims[0]:
         _leave(dst)
         raise ValueError(f"{call}: {count} elements wanted from src (length {src.dims[0]})")
-    got = _core.local_patch(dst, (lo,), (hi1,)) if hi1 > lo else None
+    got = local_data.local_patch(dst, (lo,), (hi1,)) if hi1 > lo else None
     work = None
     if got is not None:
         view, plo, phi = got
-        m = _host(_core.fetch(msk, (lo,), (phi[0],))) != 0
+        m = _host(transfers.fetch(msk, (lo,), (phi[0],))) != 0
         k0 = int(m[:plo[0] - lo].sum())
         sel = np.flatnonzero(m[plo[0] - lo:])
         if sel.size:
-            work = sel, _host(_core.fetch(src, (k0,), (k0 + sel.size,)))
+            work = sel, _host(transfers.fetch(src, (k0,), (k0 + sel.size,)))
     if dst is src or dst is msk:
         _barrier(dst)
     if work is not None:
-        xp = _core.xp_of(dst)
+        xp = buffers.xp_of(dst)
         sel, vals = work
         got[0][_as_xp(sel, xp)] = _as_xp(vals, xp)
         _done(xp)
@@ -1103,7 +1104,7 @@ _GOPS = ("+", "*", "max", "min", "absmax", "absmin", "or")
 
 
 def _gop(comm, X, op, call: str):
-    MPI = _core._mpi()
+    MPI = state.mpi()
     if isinstance(op, bytes):
         op = op.decode()
     if op not in _GOPS:
@@ -1136,7 +1137,7 @@ def gop(X, op):
     ``op``: ``"+"``, ``"*"``, ``"max"``, ``"min"``, ``"absmax"``, ``"absmin"`` (absolute values
     reduced), ``"or"`` (integers). A C-contiguous writable NumPy array of a supported type is
     reduced in place and returned; anything else is converted and the new array returned."""
-    return _gop(_core.default_comm(), X, op, "gop")
+    return _gop(groups.default_comm(), X, op, "gop")
 
 
 def gop_add(X):
@@ -1186,11 +1187,11 @@ def _brdcst(comm, buffer, root, call: str):
 def brdcst(buffer, root: int = 0):
     """Broadcast ``buffer``'s bytes from ``root`` over the default group and return the array
     (GA_Brdcst). Collective."""
-    return _brdcst(_core.default_comm(), buffer, root, "brdcst")
+    return _brdcst(groups.default_comm(), buffer, root, "brdcst")
 
 
 def _pgroup_comm(pgroup, call: str):
-    return _core._member(_core._pg(pgroup, call), call)
+    return groups.member_comm(groups.group_or_default(pgroup, call), call)
 
 
 def pgroup_gop(pgroup, X, op):
@@ -1237,7 +1238,7 @@ def pgroup_brdcst(pgroup, buffer, root: int = 0):
 def _local_memory(a):
     """The caller's whole window memory (block and ghosts) as an array of ``xp_of(a)``."""
     mem = a.local
-    if _core._is_sim(a):
+    if buffers.is_sim(a):
         from .._device import sim_adapter
 
         sim_adapter().synchronize()
@@ -1265,7 +1266,7 @@ def _fill_ghosts(a, ranges) -> None:
     """Copy into the caller's memory, for every product of runs but the block itself, the
     visible elements those positions shadow."""
     mem = _local_memory(a)
-    xp = _core.xp_of(a)
+    xp = buffers.xp_of(a)
     blo, bhi = a.layout.distribution(a.me)
     runs = [_runs(blo[d], bhi[d], a.ghosts[d], a.dims[d], *ranges[d]) for d in range(a.ndim)]
     for combo in itertools.product(*runs):
@@ -1280,7 +1281,7 @@ def _fill_ghosts(a, ranges) -> None:
 def update_ghosts(g_a) -> None:
     """Fill every ghost layer of every block from the blocks it shadows, wrapping periodically,
     corners included (GA_Update_ghosts). Collective."""
-    a = _core.arr(g_a, "update_ghosts")
+    a = arr(g_a, "update_ghosts")
     _enter(a)
     if any(a.ghosts) and a.layout.owns(a.me):
         nb = a.layout.local_shape(a.me)
@@ -1293,7 +1294,7 @@ def update_ghost_dir(g_a, dimension, dir, flag) -> None:  # noqa: A002 (ga4py's 
     (0-based, C order), wrapping periodically; with ``flag`` the other dimensions' ghost layers
     along it too (corners) (NGA_Update_ghosts_dir). Collective."""
     call = "update_ghost_dir"
-    a = _core.arr(g_a, call)
+    a = arr(g_a, call)
     dimension, dir = int(dimension), int(dir)
     if not 0 <= dimension < a.ndim:
         raise ValueError(f"{call}: dimension out of range ({dimension}, {a.ndim} dimensions)")
@@ -1332,11 +1333,11 @@ def print_patch(g_a, lo=None, hi=None, pretty=True) -> None:
     ``pretty``: a header ``array <handle> "<name>" <type> [lo, hi)``, then one line per row of
     the last dimension, led by the row's global subscript; otherwise the bare values, one row a
     line."""
-    a = _core.arr(g_a, "print_patch")
-    lo, hi = _core.patch(a, lo, hi, "print_patch")
+    a = arr(g_a, "print_patch")
+    lo, hi = buffers.patch_bounds(a, lo, hi, "print_patch")
     _enter(a)
     if a.me == 0:
-        vals = _host(_core.fetch(a, lo, hi))
+        vals = _host(transfers.fetch(a, lo, hi))
         lines = []
         if pretty:
             lines.append(f'array {a.handle} "{a.name}" {_tname(a)} [{list(lo)}, {list(hi)})')
@@ -1357,7 +1358,7 @@ def print_stdout(g_a) -> None:
 def print_distribution(g_a) -> None:
     """Print which process owns which block, from process 0 of the array's group
     (GA_Print_distribution). Collective."""
-    a = _core.arr(g_a, "print_distribution")
+    a = arr(g_a, "print_distribution")
     _enter(a)
     if a.me == 0:
         lines = [f'array {a.handle} "{a.name}" {_tname(a)} dims {list(a.dims)} grid {list(a.layout.grid)}']
@@ -1371,8 +1372,8 @@ def print_distribution(g_a) -> None:
 def summarize(verbose) -> None:
     """Print the live arrays (handle, name, type, dims; ``verbose``: also ghosts, memory kind and
     group) from process 0 of the default group (GA_Summarize)."""
-    st = _core.S
-    if not st.initialized or _core.nodeid() != 0:
+    st = state.S
+    if not st.initialized or groups.nodeid() != 0:
         return
     lines = [f"GA summary: {sum(1 for x in st.arrays.values() if x.allocated)} array(s)"]
     for h in sorted(st.arrays):
