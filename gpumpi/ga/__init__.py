@@ -17,7 +17,10 @@ Arrays live in RMA windows, distributed by pure math (:mod:`gpumpi.ga._layout`);
 * :mod:`~gpumpi.ga.local_data`: ``access``/``release`` and the caller's block;
 * :mod:`~gpumpi.ga.mirrored`: mirrored arrays and their merges;
 * :mod:`~gpumpi.ga.unsupported`: GA calls gpumpi does not do, each with its reason;
-* the collective operations: :mod:`gpumpi.ga._ops`; solvers in :mod:`gpumpi.ga._linalg`.
+* the collective operations: :mod:`~gpumpi.ga.ops_common` (what they share),
+  :mod:`~gpumpi.ga.ops_elementwise`, :mod:`~gpumpi.ga.ops_reduce`, :mod:`~gpumpi.ga.ops_matrix`,
+  :mod:`~gpumpi.ga.ops_vector`, :mod:`~gpumpi.ga.ops_gop`, :mod:`~gpumpi.ga.ops_ghosts`,
+  :mod:`~gpumpi.ga.ops_print`; solvers in :mod:`gpumpi.ga._linalg`.
 
 Device memory: ``set_memory_dev(g_a, "device")`` on a handle (or ``memory="device"`` on
 :class:`GlobalArray`) puts the array on the GPU (CUDA IPC inside a node; the simulated device
@@ -194,26 +197,54 @@ from .unsupported import (  # noqa: F401
     set_restricted_range,
     total_blocks,
 )
-
-from ._linalg import diag, diag_reuse, diag_std, llt_solve, lu_solve, solve, spd_invert  # noqa: E402,F401
-from ._object import GlobalArray  # noqa: E402,F401
-
-from ._ops import (  # noqa: F401
+from .ops_elementwise import (  # noqa: F401
     abs_value,
     add,
     add_constant,
-    add_diagonal,
-    brdcst,
     copy,
-    dot,
     elem_divide,
     elem_maximum,
     elem_minimum,
     elem_multiply,
-    enum,
     fill,
+    median,
+    randomize,
+    recip,
+    scale,
+    zero,
+)
+from .ops_reduce import (  # noqa: F401
+    dot,
+    norm1,
+    norm_infinity,
+    select_elem,
+    select_elem_max,
+    select_elem_min,
+    step_max,
+)
+from .ops_matrix import (  # noqa: F401
+    add_diagonal,
     gemm,
     get_diag,
+    matmul_patch,
+    scale_cols,
+    scale_rows,
+    set_diagonal,
+    shift_diagoal,
+    shift_diagonal,
+    symmetrize,
+    transpose,
+    zero_diagonal,
+)
+from .ops_vector import (  # noqa: F401
+    enum,
+    pack,
+    scan_add,
+    scan_copy,
+    unpack,
+)
+from .ops_gop import (  # noqa: F401
+    brdcst,
     gop,
     gop_absmax,
     gop_absmin,
@@ -221,11 +252,6 @@ from ._ops import (  # noqa: F401
     gop_max,
     gop_min,
     gop_multiply,
-    matmul_patch,
-    median,
-    norm1,
-    norm_infinity,
-    pack,
     pgroup_brdcst,
     pgroup_gop,
     pgroup_gop_absmax,
@@ -234,33 +260,21 @@ from ._ops import (  # noqa: F401
     pgroup_gop_max,
     pgroup_gop_min,
     pgroup_gop_multiply,
-    print_distribution,
-    print_patch,
-    print_stdout,
-    randomize,
-    recip,
-    scale,
-    scale_cols,
-    scale_rows,
-    scan_add,
-    scan_copy,
-    select_elem,
-    select_elem_max,
-    select_elem_min,
-    set_diagonal,
-    shift_diagoal,
-    shift_diagonal,
-    step_max,
-    summarize,
-    symmetrize,
-    transpose,
-    unpack,
+)
+from .ops_ghosts import (  # noqa: F401
     update_ghost_dir,
     update_ghosts,
     update_ghosts_dir,
-    zero,
-    zero_diagonal,
 )
+from .ops_print import (  # noqa: F401
+    print_distribution,
+    print_patch,
+    print_stdout,
+    summarize,
+)
+
+from ._linalg import diag, diag_reuse, diag_std, llt_solve, lu_solve, solve, spd_invert  # noqa: E402,F401
+from ._object import GlobalArray  # noqa: E402,F401
 
 zip = state.slices  # ga4py's name (it shadows the builtin there too)
 

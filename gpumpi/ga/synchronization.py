@@ -1,4 +1,4 @@
-"""Global Arrays synchronization: ``sync``, ``fence``, ``mask_sync``, lock words, mutexes (L6).
+"""Global Arrays synchronization: ``sync``, ``fence``, ``mask_sync``, the operations' syncs, lock words, mutexes (L6).
 
 Theory of operation
 ===================
@@ -8,9 +8,10 @@ barrier of the default group (and closes any open fence); ``pgroup_sync`` the sa
 group; ``fence`` flushes the windows this process wrote to since ``init_fence``
 (:func:`fence_touch` records them while a fence is open).
 
-Collective array operations sync at entry and exit unless ``mask_sync`` turned one of them
-off for the next one: ``sync`` for arrays on the default group (:func:`sync_in`,
-:func:`sync_out`), a flush plus a barrier of the array's own group otherwise.
+Collective array operations sync at entry and exit (:func:`enter_op`, :func:`leave_op`) unless
+``mask_sync`` turned one of them off for the next one: ``sync`` for arrays on the default
+group (:func:`sync_in`, :func:`sync_out`), a flush plus a barrier of the array's own group
+otherwise.
 
 Lock words are int64 words in a window, taken with ``Compare_and_swap`` (0 -> holder rank +
 1) and released the same way (:func:`take_lock_word`, :func:`give_lock_word`), so a waiter sees
@@ -25,12 +26,12 @@ import numpy as np
 
 from .. import _runtime as _rt
 from . import state
-from .groups import default_group, group_or_default, member_comm
+from .groups import default_group, group_comm, group_or_default, member_comm
 from .state import GAArray, GAError, GAGroup, mpi, started
 
 __all__ = [
-    "create_mutexes", "destroy_mutexes", "fence", "fence_touch", "give_lock_word",
-    "init_fence", "lock", "mask_sync", "pgroup_sync", "sync", "sync_in", "sync_out", "take_lock_word",
+    "create_mutexes", "destroy_mutexes", "enter_op", "fence", "fence_touch", "give_lock_word",
+    "init_fence", "leave_op", "lock", "mask_sync", "pgroup_sync", "sync", "sync_in", "sync_out", "take_lock_word",
     "unlock",
 ]
 
@@ -84,6 +85,40 @@ def sync_out() -> None:
     if state.S.mask[1]:
         sync()
     state.S.mask[1] = True
+
+
+def _gsync(a) -> None:
+    """Complete every outstanding operation and barrier ``a``'s group (GA_Pgroup_sync)."""
+    for x in list(state.S.arrays.values()):
+        if x.allocated and x.group.comm is not None:
+            x.win.Flush_all()
+    group_comm(a).Barrier()
+
+
+def _on_default(a) -> bool:
+    return a.group.handle == state.S.default
+
+
+def enter_op(a) -> None:
+    """The sync at the start of a collective operation on ``a`` (unless masked)."""
+    if _on_default(a):
+        sync_in()
+        return
+    st = state.S
+    if st.mask[0]:
+        _gsync(a)
+    st.mask[0] = True
+
+
+def leave_op(a) -> None:
+    """The sync at the end of a collective operation on ``a`` (unless masked)."""
+    if _on_default(a):
+        sync_out()
+        return
+    st = state.S
+    if st.mask[1]:
+        _gsync(a)
+    st.mask[1] = True
 
 
 def pgroup_sync(pgroup: int = -1) -> None:

@@ -1,4 +1,4 @@
-"""gpumpi.ga's collective operations (ga/_ops) at 1-4 ranks: every operation on C_DBL over
+"""gpumpi.ga's collective operations (ga.ops_*) at 1-4 ranks: every operation on C_DBL over
 regular, irregular (one process without data at 4 ranks) and ghost layouts, patch forms
 (reshaped and transposed), a dtype sweep, GA's testc identity, ghost updates with periodic wrap,
 gop/brdcst, bad input, and the simulated device.  Expectations are NumPy computations on the
