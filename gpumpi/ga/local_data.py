@@ -10,9 +10,10 @@ access is paired with a release (``destroy`` refuses an array with accesses outs
 ``release_update`` says the data changed: it completes the device's copies and records the
 write for an open ``fence``.
 
-The collective operations compute on the caller's block through :func:`local_block` and
-:func:`local_patch`: views as arrays of ``xp_of(a)`` (:mod:`gpumpi.ga.buffers`), the simulated
-device's memory synchronized and seen as the NumPy array under it.
+The collective operations compute on the caller's block through :func:`local_block`,
+:func:`local_patch` and :func:`local_memory` (with the ghost layers): views as arrays of
+``xp_of(a)`` (:mod:`gpumpi.ga.buffers`), the simulated device's memory synchronized and seen as
+the NumPy array under it.
 """
 
 from __future__ import annotations
@@ -24,16 +25,12 @@ from .state import GAArray, GAError, as_ints
 from .synchronization import fence_touch
 
 __all__ = [
-    "access", "access_ghosts", "local_block", "local_patch", "release", "release_ghosts",
+    "access", "access_ghosts", "local_block", "local_memory", "local_patch", "release", "release_ghosts",
     "release_update", "release_update_ghosts",
 ]
 
 
 # --- access to local data ---------------------------------------------------------------------
-def _user_view(a: GAArray, arr):
-    return arr
-
-
 def access(g_a, lo=None, hi=None, proc: int = -1):
     """A zero-copy view of the caller's block (or of ``[lo, hi)`` inside it); ``proc``: another
     process's block mapped on this node (host memory). ``None`` if that process owns nothing
@@ -102,19 +99,25 @@ def release_update_ghosts(g_a) -> None:
 
 
 # --- the caller's block, for the collective operations ----------------------------------------
-def local_block(a: GAArray):
-    """The caller's visible block of ``a`` as an array of :func:`xp_of` (a view: writes land in
-    the array), or None if the caller owns nothing.  Simulated device memory is synchronized."""
-    if not a.layout.owns(a.me):
-        return None
+def local_memory(a: GAArray):
+    """The caller's whole window memory (block and ghosts) as an array of :func:`xp_of`.
+    Simulated device memory is synchronized."""
     mem = a.local
     if is_sim(a):
         from .._device import sim_adapter
 
         sim_adapter().synchronize()
         mem = mem._arr
+    return mem
+
+
+def local_block(a: GAArray):
+    """The caller's visible block of ``a`` as an array of :func:`xp_of` (a view: writes land in
+    the array), or None if the caller owns nothing.  Simulated device memory is synchronized."""
+    if not a.layout.owns(a.me):
+        return None
     lo, hi = a.layout.distribution(a.me)
-    return mem[target_slices(a, a.me, lo, hi)]
+    return local_memory(a)[target_slices(a, a.me, lo, hi)]
 
 
 def local_patch(a: GAArray, lo, hi):

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import itertools
 
-from .buffers import is_sim, xp_of
+from .buffers import xp_of
 from .handles import arr
+from .local_data import local_memory
 from .ops_common import fetch_as, finish_writes
 from .synchronization import enter_op, leave_op
 
@@ -29,17 +30,6 @@ __all__ = [
 
 
 # --- ghost cells ---------------------------------------------------------------------------------
-def _local_memory(a):
-    """The caller's whole window memory (block and ghosts) as an array of ``xp_of(a)``."""
-    mem = a.local
-    if is_sim(a):
-        from .._device import sim_adapter
-
-        sim_adapter().synchronize()
-        mem = mem._arr
-    return mem
-
-
 def _runs(blo: int, bhi: int, w: int, n: int, mlo: int, mhi: int) -> list:
     """Positions ``[mlo, mhi)`` of one dimension of the local memory (block ``[blo, bhi)`` with
     ``w`` ghosts a side) as runs ``(mstart, gstart, length, inside)``: the global indices they
@@ -59,7 +49,7 @@ def _runs(blo: int, bhi: int, w: int, n: int, mlo: int, mhi: int) -> list:
 def _fill_ghosts(a, ranges) -> None:
     """Copy into the caller's memory, for every product of runs but the block itself, the
     visible elements those positions shadow."""
-    mem = _local_memory(a)
+    mem = local_memory(a)
     xp = xp_of(a)
     blo, bhi = a.layout.distribution(a.me)
     runs = [_runs(blo[d], bhi[d], a.ghosts[d], a.dims[d], *ranges[d]) for d in range(a.ndim)]

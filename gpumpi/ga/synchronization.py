@@ -30,19 +30,26 @@ from .groups import default_group, group_comm, group_or_default, member_comm
 from .state import GAArray, GAError, GAGroup, mpi, started
 
 __all__ = [
-    "create_mutexes", "destroy_mutexes", "enter_op", "fence", "fence_touch", "give_lock_word",
+    "create_mutexes", "destroy_mutexes", "enter_op", "fence", "fence_touch", "flush_windows", "give_lock_word",
     "init_fence", "leave_op", "lock", "mask_sync", "pgroup_sync", "sync", "sync_in", "sync_out", "take_lock_word",
     "unlock",
 ]
 
 
 # --- synchronization --------------------------------------------------------------------------
+def flush_windows() -> None:
+    """Complete this process's operations on every array of a group it is in (``Flush_all`` of
+    each window): the first half of ``sync``, ``pgroup_sync`` and the syncs of collective
+    operations."""
+    for a in list(state.S.arrays.values()):
+        if a.allocated and a.group.comm is not None:
+            a.win.Flush_all()
+
+
 def sync() -> None:
     """Complete every outstanding GA operation and barrier the default group (GA_Sync)."""
     st = started()
-    for a in st.arrays.values():
-        if a.allocated and a.group.comm is not None:
-            a.win.Flush_all()
+    flush_windows()
     st.fence_depth = 0
     st.fenced.clear()
     member_comm(default_group(), "sync").Barrier()
@@ -89,9 +96,7 @@ def sync_out() -> None:
 
 def _gsync(a) -> None:
     """Complete every outstanding operation and barrier ``a``'s group (GA_Pgroup_sync)."""
-    for x in list(state.S.arrays.values()):
-        if x.allocated and x.group.comm is not None:
-            x.win.Flush_all()
+    flush_windows()
     group_comm(a).Barrier()
 
 
@@ -123,11 +128,9 @@ def leave_op(a) -> None:
 
 def pgroup_sync(pgroup: int = -1) -> None:
     """Complete this process's GA operations and barrier the group (GA_Pgroup_sync)."""
-    st = started()
+    started()
     g = group_or_default(pgroup, "pgroup_sync")
-    for a in st.arrays.values():
-        if a.allocated and a.group.comm is not None:
-            a.win.Flush_all()
+    flush_windows()
     member_comm(g, "pgroup_sync").Barrier()
 
 
