@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _core
+from .groups import group_comm
+from .handles import arr
+from .synchronization import sync_in, sync_out
+from .transfers import fetch, store
 
 
 def _square(g_a, call: str):
-    a = _core.arr(g_a, call)
+    a = arr(g_a, call)
     if a.ndim != 2 or a.dims[0] != a.dims[1]:
         raise ValueError(f"{call}: a square 2-D array is required ({list(a.dims)})")
     if a.dtype.kind not in "fc":
@@ -33,15 +36,15 @@ def _square(g_a, call: str):
 
 
 def _whole(a):
-    x = _core.fetch(a, (0,) * a.ndim, a.dims)
+    x = fetch(a, (0,) * a.ndim, a.dims)
     return x if isinstance(x, np.ndarray) else x.get()
 
 
 def _on_root(arrays, call: str, work):
     """Run ``work(*whole arrays)`` on the group's first process; every member gets its result
     (or the exception it raised)."""
-    comm = _core.group_comm(arrays[0])
-    _core.sync_in()
+    comm = group_comm(arrays[0])
+    sync_in()
     out = err = None
     if comm.Get_rank() == 0:
         try:
@@ -49,7 +52,7 @@ def _on_root(arrays, call: str, work):
         except Exception as e:  # noqa: BLE001 -- re-raised on every member below
             err = e
     out, err = comm.bcast((out, err), 0)
-    _core.sync_out()
+    sync_out()
     if err is not None:
         raise err
     return out
@@ -70,7 +73,7 @@ def llt_solve(g_a, g_b) -> int:
     """Solve ``A X = B`` for symmetric positive definite ``A`` by Cholesky; ``B`` becomes ``X``
     (GA_Llt_solve). 0, or the order of the leading minor of ``A`` that is not positive definite."""
     a = _square(g_a, "llt_solve")
-    b = _core.arr(g_b, "llt_solve")
+    b = arr(g_b, "llt_solve")
 
     def work(A, B):
         try:
@@ -78,7 +81,7 @@ def llt_solve(g_a, g_b) -> int:
         except np.linalg.LinAlgError:
             return _chol_info(A)
         y = np.linalg.solve(L, B.reshape(A.shape[0], -1))
-        _core.store(b, np.linalg.solve(L.conj().T, y).reshape(B.shape).astype(b.dtype), (0,) * b.ndim, b.dims)
+        store(b, np.linalg.solve(L.conj().T, y).reshape(B.shape).astype(b.dtype), (0,) * b.ndim, b.dims)
         return 0
 
     return _on_root([a, b], "llt_solve", work)
@@ -87,11 +90,11 @@ def llt_solve(g_a, g_b) -> int:
 def lu_solve(g_a, g_b, trans: bool = False) -> None:
     """Solve ``op(A) X = B`` (``op``: transpose if ``trans``) by LU; ``B`` becomes ``X`` (GA_Lu_solve)."""
     a = _square(g_a, "lu_solve")
-    b = _core.arr(g_b, "lu_solve")
+    b = arr(g_b, "lu_solve")
 
     def work(A, B):
         M = A.T if trans else A
-        _core.store(b, np.linalg.solve(M, B.reshape(A.shape[0], -1)).reshape(B.shape).astype(b.dtype),
+        store(b, np.linalg.solve(M, B.reshape(A.shape[0], -1)).reshape(B.shape).astype(b.dtype),
                     (0,) * b.ndim, b.dims)
 
     _on_root([a, b], "lu_solve", work)
@@ -101,7 +104,7 @@ def solve(g_a, g_b) -> int:
     """Solve ``A X = B``: Cholesky if ``A`` is positive definite (returns 0), else LU (returns 1);
     ``B`` becomes ``X`` (GA_Solve)."""
     a = _square(g_a, "solve")
-    b = _core.arr(g_b, "solve")
+    b = arr(g_b, "solve")
 
     def work(A, B):
         rhs = B.reshape(A.shape[0], -1)
@@ -110,7 +113,7 @@ def solve(g_a, g_b) -> int:
             x, used = np.linalg.solve(L.conj().T, np.linalg.solve(L, rhs)), 0
         except np.linalg.LinAlgError:
             x, used = np.linalg.solve(A, rhs), 1
-        _core.store(b, x.reshape(B.shape).astype(b.dtype), (0,) * b.ndim, b.dims)
+        store(b, x.reshape(B.shape).astype(b.dtype), (0,) * b.ndim, b.dims)
         return used
 
     return _on_root([a, b], "solve", work)
@@ -127,7 +130,7 @@ def spd_invert(g_a) -> int:
         except np.linalg.LinAlgError:
             return _chol_info(A)
         Li = np.linalg.inv(L)
-        _core.store(a, (Li.conj().T @ Li).astype(a.dtype), (0, 0), a.dims)
+        store(a, (Li.conj().T @ Li).astype(a.dtype), (0, 0), a.dims)
         return 0
 
     return _on_root([a], "spd_invert", work)
@@ -155,7 +158,7 @@ def diag(g_a, g_s, g_v, evalues=None):
         L = np.linalg.cholesky(S)
         Li = np.linalg.inv(L)
         w, y = np.linalg.eigh(Li @ A @ Li.conj().T)
-        _core.store(v, (Li.conj().T @ y).astype(v.dtype), (0, 0), v.dims)
+        store(v, (Li.conj().T @ y).astype(v.dtype), (0, 0), v.dims)
         return w
 
     w = _on_root([a, s, v], "diag", work)
@@ -179,7 +182,7 @@ def diag_std(g_a, g_v, evalues=None):
 
     def work(A, V):
         w, y = np.linalg.eigh(A)
-        _core.store(v, y.astype(v.dtype), (0, 0), v.dims)
+        store(v, y.astype(v.dtype), (0, 0), v.dims)
         return w
 
     w = _on_root([a, v], "diag_std", work)

@@ -2,7 +2,7 @@
 
 Theory of operation
 ===================
-A :class:`GlobalArray` holds one handle of :mod:`gpumpi.ga._core` and forwards to the
+A :class:`GlobalArray` holds one handle of :mod:`gpumpi.ga.handles` and forwards to the
 procedural API, so both faces see the same arrays (``GlobalArray.from_handle(h)``,
 ``g.handle``).  Indexing is NumPy's basic indexing turned into a patch: integers and
 slices (steps > 0; a step other than 1 uses GA's strided transfers), ``...`` and missing
@@ -22,8 +22,8 @@ import contextlib
 
 import numpy as np
 
-from . import _core
-from . import _layout as L
+from . import buffers, handles, inquiry, local_data, state, transfers
+from ._layout import strided_shape
 
 
 class GlobalArray:
@@ -37,17 +37,17 @@ class GlobalArray:
 
     __slots__ = ("_h",)
 
-    def __init__(self, dims, dtype=_core.C_DBL, name: str = "", chunk=None, pgroup: int = -1, ghosts=None,
+    def __init__(self, dims, dtype=state.C_DBL, name: str = "", chunk=None, pgroup: int = -1, ghosts=None,
                  memory: str = "host", block=None, map=None) -> None:
         if isinstance(dims, (int, np.integer)):
             dims = (int(dims),)
-        dt = _core.dtype(dtype)
+        dt = state.dtype(dtype)
         code = int(dtype) if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool) else \
-            _core._CODES[dt]
+            state.TYPE_CODES[dt]
         if (block is None) != (map is None):
             raise ValueError("GlobalArray: an irregular distribution needs both block and map")
-        h = _core._make(_core._described(code, dims, name, pgroup, chunk=chunk, width=ghosts, block=block, map=map,
-                                         memory=memory))
+        h = handles.make_array(handles.described(code, dims, name, pgroup, chunk=chunk, width=ghosts, block=block,
+                                                 map=map, memory=memory))
         if not h:
             raise MemoryError(f"GlobalArray: allocation of {list(dims)} {dt} refused (memory limit)")
         self._h = h
@@ -55,7 +55,7 @@ class GlobalArray:
     @classmethod
     def from_handle(cls, g_a: int) -> "GlobalArray":
         """The object face of an existing handle (``ga.create`` and friends)."""
-        _core.arr(g_a, "GlobalArray.from_handle")
+        handles.arr(g_a, "GlobalArray.from_handle")
         self = object.__new__(cls)
         self._h = int(g_a)
         return self
@@ -68,7 +68,7 @@ class GlobalArray:
 
     @property
     def _a(self):
-        return _core.arr(self._h, "GlobalArray")
+        return handles.arr(self._h, "GlobalArray")
 
     shape = property(lambda self: self._a.dims, doc="Global extents.")
     dtype = property(lambda self: self._a.dtype, doc="Element type (NumPy dtype).")
@@ -83,7 +83,7 @@ class GlobalArray:
     def __repr__(self) -> str:
         try:
             a = self._a
-        except _core.GAError:
+        except state.GAError:
             return f"<GlobalArray {self._h} (destroyed)>"
         return f"<GlobalArray {a.handle} {a.name!r} {list(a.dims)} {a.dtype} on {a.memory}>"
 
@@ -126,18 +126,18 @@ class GlobalArray:
     def __getitem__(self, key):
         lo, hi, skip, drop = self._key(key, "GlobalArray.__getitem__")
         if any(h <= l for l, h in zip(lo, hi)):
-            out = _core._new(self._a, L.strided_shape(lo, hi, skip))
+            out = buffers.new_patch_buffer(self._a, strided_shape(lo, hi, skip))
         elif all(s == 1 for s in skip):
-            out = _core.get(self._h, lo, hi)
+            out = transfers.get(self._h, lo, hi)
         else:
-            out = _core.strided_get(self._h, lo, hi, skip)
+            out = transfers.strided_get(self._h, lo, hi, skip)
         if drop:
             shape = tuple(n for d, n in enumerate(out.shape) if d not in drop)
             out = out.reshape(shape)
         return out
 
     def _patch_value(self, value, lo, hi, skip, drop):
-        shape = L.strided_shape(lo, hi, skip)
+        shape = strided_shape(lo, hi, skip)
         kept = tuple(n for d, n in enumerate(shape) if d not in drop)
         if hasattr(value, "__cuda_array_interface__") and not isinstance(value, np.ndarray):
             if tuple(value.shape) not in (shape, kept):
@@ -154,9 +154,9 @@ class GlobalArray:
             return
         buf = self._patch_value(value, lo, hi, skip, drop)
         if all(s == 1 for s in skip):
-            _core.put(self._h, buf, lo, hi)
+            transfers.put(self._h, buf, lo, hi)
         else:
-            _core.strided_put(self._h, buf, lo, hi, skip)
+            transfers.strided_put(self._h, buf, lo, hi, skip)
 
     def acc(self, value, key=Ellipsis, alpha=None) -> None:
         """``self[key] += alpha * value``, atomic with respect to other accumulates (NGA_Acc);
@@ -166,27 +166,27 @@ class GlobalArray:
             return
         buf = self._patch_value(value, lo, hi, skip, drop)
         if all(s == 1 for s in skip):
-            _core.acc(self._h, buf, lo, hi, alpha)
+            transfers.acc(self._h, buf, lo, hi, alpha)
         else:
-            _core.strided_acc(self._h, buf, lo, hi, skip, alpha)
+            transfers.strided_acc(self._h, buf, lo, hi, skip, alpha)
 
     def get(self, lo=None, hi=None, buffer=None):
         """``ga.get`` on this array."""
-        return _core.get(self._h, lo, hi, buffer)
+        return transfers.get(self._h, lo, hi, buffer)
 
     def put(self, buffer, lo=None, hi=None) -> None:
         """``ga.put`` on this array."""
-        _core.put(self._h, buffer, lo, hi)
+        transfers.put(self._h, buffer, lo, hi)
 
     def read_inc(self, subscript, inc: int = 1) -> int:
         """Atomic fetch-and-add on one element of an integer array (NGA_Read_inc)."""
-        return _core.read_inc(self._h, subscript, inc)
+        return transfers.read_inc(self._h, subscript, inc)
 
     def scatter(self, values, subsarray) -> None:
-        _core.scatter(self._h, values, subsarray)
+        transfers.scatter(self._h, values, subsarray)
 
     def gather(self, subsarray, values=None):
-        return _core.gather(self._h, subsarray, values)
+        return transfers.gather(self._h, subsarray, values)
 
     # -- local data
     @contextlib.contextmanager
@@ -194,51 +194,51 @@ class GlobalArray:
         """``with g.access() as local:`` the caller's block (or ``[lo, hi)`` in it) as a zero-copy
         NumPy or device array view, released when the block ends (``release_update`` unless
         ``readonly``); ``local`` is None on a process that owns nothing."""
-        view = _core.access(self._h, lo, hi)
+        view = local_data.access(self._h, lo, hi)
         try:
             yield view
         finally:
             if view is not None:
-                (_core.release if readonly else _core.release_update)(self._h)
+                (local_data.release if readonly else local_data.release_update)(self._h)
 
     @contextlib.contextmanager
     def access_ghosts(self, readonly: bool = False):
         """``with g.access_ghosts() as local:`` the caller's block with its ghost layers."""
-        view = _core.access_ghosts(self._h)
+        view = local_data.access_ghosts(self._h)
         try:
             yield view
         finally:
             if view is not None:
-                (_core.release_ghosts if readonly else _core.release_update_ghosts)(self._h)
+                (local_data.release_ghosts if readonly else local_data.release_update_ghosts)(self._h)
 
     # -- locality
     def distribution(self, proc: int = -1):
         """``(lo, hi)`` of a process's block (NGA_Distribution)."""
-        return _core.distribution(self._h, proc)
+        return inquiry.distribution(self._h, proc)
 
     def locate(self, subscript) -> int:
         """Owner of one element, -1 if out of bounds (NGA_Locate)."""
-        return _core.locate(self._h, subscript)
+        return inquiry.locate(self._h, subscript)
 
     def locate_region(self, lo, hi):
         """``(map, procs)`` covering the patch (NGA_Locate_region)."""
-        return _core.locate_region(self._h, lo, hi)
+        return inquiry.locate_region(self._h, lo, hi)
 
     def proc_topology(self, proc: int):
-        return _core.proc_topology(self._h, proc)
+        return inquiry.proc_topology(self._h, proc)
 
     # -- lifetime
     def duplicate(self, name: str = "") -> "GlobalArray":
         """A new array like this one, contents not copied (GA_Duplicate). Collective."""
-        return GlobalArray.from_handle(_core.duplicate(self._h, name))
+        return GlobalArray.from_handle(handles.duplicate(self._h, name))
 
     def destroy(self) -> None:
         """Free the array (GA_Destroy). Collective."""
-        _core.destroy(self._h)
+        handles.destroy(self._h)
 
     def __enter__(self) -> "GlobalArray":
         return self
 
     def __exit__(self, *exc) -> None:
-        if _core.valid_handle(self._h):
+        if handles.valid_handle(self._h):
             self.destroy()

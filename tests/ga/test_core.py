@@ -1,7 +1,8 @@
-"""gpumpi.ga's runtime (ga/_core): GA's classic checks (test.F / ga4py test.py / testc.c) at 1-5
-ranks, every element type, regular / irregular / ghost / group layouts, both transfer paths
-(direct copies into mapped memory, and the window's datatype path), the simulated device, and
-bad input.  Expectations are NumPy computations on a replicated model of the array."""
+"""gpumpi.ga's runtime (ga.state, groups, synchronization, handles, inquiry, transfers, local_data,
+mirrored): GA's classic checks (test.F / ga4py test.py / testc.c) at 1-5 ranks, every element
+type, regular / irregular / ghost / group layouts, both transfer paths (direct copies into mapped
+memory, and the window's datatype path), the simulated device, and bad input.  Expectations are
+NumPy computations on a replicated model of the array."""
 
 import numpy as np
 import pytest
@@ -23,9 +24,9 @@ def _values(dt, shape, seed):
 def _classic(layout: str, direct: bool):
     """GA's test.F sequence on one array per type; returns the number of checks done."""
     from gpumpi import ga
-    from gpumpi.ga import _core
+    from gpumpi.ga import handles
 
-    _core.DIRECT = direct
+    handles.DIRECT = direct
     me, n = ga.nodeid(), ga.nnodes()
     checks = 0
     dims = (9, 7)
@@ -103,9 +104,9 @@ def test_classic_sequence_through_the_window_datatype_path(n):
 
 def _counters_locks_regions(direct: bool):
     from gpumpi import ga
-    from gpumpi.ga import _core
+    from gpumpi.ga import groups, handles
 
-    _core.DIRECT = direct
+    handles.DIRECT = direct
     me, n = ga.nodeid(), ga.nnodes()
     out = {}
     # read_inc: every process hits every counter; totals and old values exact
@@ -120,7 +121,7 @@ def _counters_locks_regions(direct: bool):
         ga.sync()
         assert list(ga.get(c)) == [3 * n * (k + 1) for k in range(n + 2)]
         assert all(v % (k + 1) == 0 for v, k in zip(olds, [k for k in range(n + 2) for _ in range(3)]))
-        allold = _core.default_comm().allgather(olds)
+        allold = groups.default_comm().allgather(olds)
         for k in range(n + 2):
             seen = sorted(o[3 * k + j] for o in allold for j in range(3))
             assert seen == [(k + 1) * i for i in range(3 * n)]  # every old value once: atomic
@@ -392,10 +393,10 @@ def _strided_buffers(memory: str, direct: bool):
     """get into (and put/acc from) a view that is not C-contiguous, on every transfer path: the
     elements land in the view and nowhere else."""
     from gpumpi import ga
-    from gpumpi.ga import _core
+    from gpumpi.ga import handles
     from gpumpi.testing import SimDeviceArray
 
-    _core.DIRECT = direct
+    handles.DIRECT = direct
     me, n = ga.nodeid(), ga.nnodes()
     h = ga.create_handle()
     ga.set_data(h, (8, 8), ga.C_DBL)

@@ -1,4 +1,4 @@
-"""gpumpi.ga's collective operations (ga/_ops) at 1-4 ranks: every operation on C_DBL over
+"""gpumpi.ga's collective operations (ga.ops_*) at 1-4 ranks: every operation on C_DBL over
 regular, irregular (one process without data at 4 ranks) and ghost layouts, patch forms
 (reshaped and transposed), a dtype sweep, GA's testc identity, ghost updates with periodic wrap,
 gop/brdcst, bad input, and the simulated device.  Expectations are NumPy computations on the
@@ -58,9 +58,9 @@ def _load(ga, g, values):
 # --- element-wise operations, copies and reductions on C_DBL -------------------------------------
 def _elementwise(layout, direct=True):
     from gpumpi import ga
-    from gpumpi.ga import _core
+    from gpumpi.ga import handles, state
 
-    _core.DIRECT = direct
+    handles.DIRECT = direct
     checks = 0
     dt = np.float64
     A0 = _data(dt, DIMS, 1) + 0.5
@@ -94,7 +94,7 @@ def _elementwise(layout, direct=True):
     ga.sync()
     ga.mask_sync(False, False)  # one operation without its syncs; the next one has them again
     ga.fill(c, 1.0)
-    assert _core.S.mask == [True, True]
+    assert state.S.mask == [True, True]
     ga.sync()
     np.testing.assert_array_equal(ga.get(c), 1.0)
     checks += 1
@@ -203,8 +203,8 @@ def _elementwise(layout, direct=True):
         (A0[0:2, 0:6].reshape(-1) * B0[1:5, 1:4].reshape(-1)).sum())  # reshaped patches
     # every member got the same bits
     d = ga.dot(a, b)
-    from gpumpi.ga import _core as core
-    assert len(set(core.default_comm().allgather(d))) == 1
+    from gpumpi.ga import groups
+    assert len(set(groups.default_comm().allgather(d))) == 1
     checks += 7
 
     # norms (GA's axes: norm1 = largest row sum in the C view), select_elem, step_max
@@ -247,9 +247,9 @@ def test_elementwise_through_the_window_datatype_path():
 # --- matrices, diagonals, the testc identity -----------------------------------------------------
 def _matrices(layout, direct=True):
     from gpumpi import ga
-    from gpumpi.ga import _core
+    from gpumpi.ga import handles
 
-    _core.DIRECT = direct
+    handles.DIRECT = direct
     checks = 0
     rng = np.random.default_rng(5)
     # testc.c: symmetrize A, transpose A into B, B = A - B, dot(B, B) == 0
