@@ -19,7 +19,7 @@ from __future__ import annotations
 from . import _runtime as _rt
 from ._xfer import SENT  # noqa: F401  (the shared completed send; API modules compare with it)
 
-__all__ = ["SENT", "cancel", "context_freed", "free_context", "probe_now", "probe_wait", "failed_ranks", "node_of", "poll", "wait", "wait_until", "world_rank",
+__all__ = ["SENT", "backoff", "cancel", "context_freed", "free_context", "probe_now", "probe_wait", "failed_ranks", "node_of", "poll", "wait", "wait_until", "world_rank",
            "world_size", "abort"]
 
 
@@ -34,8 +34,11 @@ def wait_until(pred) -> None:
 
 
 def poll() -> None:
-    """One progress pass (under the engine lock), skipped when nothing can have arrived."""
+    """One progress pass (under the engine lock), skipped when nothing can have arrived (or
+    before ``Init``)."""
     eng = _rt.ENGINE
+    if eng is None:
+        return
     with eng.lock:
         if not eng.quiet():
             eng.progress()
@@ -52,9 +55,17 @@ def context_freed(ctx: int) -> bool:
 
 
 def failed_ranks() -> frozenset:
-    """The world ranks known to have failed (empty while none has)."""
-    f = _rt.ENGINE.failed
+    """The world ranks known to have failed (empty while none has, and before ``Init``)."""
+    eng = _rt.ENGINE
+    f = eng.failed if eng is not None else None
     return frozenset(f) if f else frozenset()
+
+
+def backoff(spins: int) -> None:
+    """Give the CPU away as a wait's ``spins``-th idle round asks (yield, then short sleeps)."""
+    eng = _rt.ENGINE
+    if eng is not None:
+        eng.backoff(spins)
 
 
 def world_rank() -> int:

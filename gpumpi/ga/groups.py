@@ -214,10 +214,10 @@ def pgroup_split_irreg(pgroup, color) -> int:
 
 # --- cluster (node) information --------------------------------------------------------------
 def _nodes() -> list:
-    from .. import _runtime as rt
+    from .._services import node_of
 
     world = group_by_handle(WORLD_PROC_GROUP, "cluster")
-    return [rt.node_of(r) for r in world.ranks]
+    return [node_of(r) for r in world.ranks]
 
 
 def cluster_nnodes() -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _runtime as _rt
+from .._services import backoff, failed_ranks, poll
 from . import state
 from .groups import default_group, group_comm, group_or_default, member_comm
 from .state import GAArray, GAError, GAGroup, mpi, started
@@ -153,16 +153,13 @@ def take_lock_word(win, owner: int, disp: int, group: GAGroup, call: str) -> Non
         if res[0] == 0:
             return
         holder = int(res[0]) - 1
-        eng = _rt.ENGINE
-        if eng is not None and eng.failed and group.ranks[holder] in eng.failed:
+        if group.ranks[holder] in failed_ranks():
             from ..errors import ERR_PROC_FAILED, error
 
             raise error(ERR_PROC_FAILED, f"{call}: the lock of process {owner} is held by failed process {holder}")
         spins += 1
-        if eng is not None:
-            with eng.lock:
-                eng.progress()
-            eng.backoff(spins)
+        poll()
+        backoff(spins)
 
 
 def give_lock_word(win, owner: int, disp: int, group: GAGroup) -> int:
