@@ -19,7 +19,9 @@ from __future__ import annotations
 from . import _runtime as _rt
 
 __all__ = ["cancel", "context_freed", "failed_ranks", "node_of", "poll", "wait", "wait_until", "world_rank",
-           "world_size", "abort"]
+           "world_size", "abort",
+           # windows
+           "copy_stream", "typecheck", "far_ranks", "mpi_world", "mpi_cuda_aware"]
 
 
 def wait(x) -> None:
@@ -74,3 +76,34 @@ def node_of(world_rank: int) -> int:
 def abort(code: int = 1, message: str | None = None) -> None:
     """End the whole job with ``code`` (MPI_Abort)."""
     _rt.abort(code, message)
+
+
+# -- windows --
+
+def copy_stream(ad):
+    """gpumpi's copy stream on device adapter ``ad`` (made on first use, one per adapter)."""
+    return _rt.ENGINE.copy_stream(ad)
+
+
+def typecheck() -> bool:
+    """Whether datatype signatures are checked against each other (``GPUMPI_TYPECHECK``)."""
+    return _rt.ENGINE.typecheck
+
+
+def far_ranks() -> frozenset:
+    """The world ranks on other nodes than this process's (empty on one node, or before ``Init``)."""
+    eng = _rt.ENGINE
+    return eng.far if eng is not None else frozenset()
+
+
+def mpi_world():
+    """``(mpi4py's MPI, gpumpi's private duplicate of its COMM_WORLD)`` under an MPI launcher, else None."""
+    return _rt.ENGINE.world.mpi
+
+
+def mpi_cuda_aware() -> bool:
+    """Whether the MPI library of :func:`mpi_world` takes device pointers (``GPUMPI_MPI_CUDA``, else its answer)."""
+    from .ipc import mpi
+
+    world = _rt.ENGINE.world
+    return mpi.cuda_aware(world.mpi[0], world.cfg.mpi_cuda)
