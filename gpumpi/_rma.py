@@ -55,7 +55,7 @@ set) and fails with ``ERR_PROC_FAILED`` instead of waiting forever.  Every wait
 progresses the engine (a rank blocked on a lock still serves point-to-point
 traffic) with the engine's backoff.
 
-Synchronization calls are checked by :class:`gpumpi._rmasync.Epochs` before they
+Synchronization calls are checked by :class:`gpumpi.rma.epochs.Epochs` before they
 act.  After every change of the lock epochs, :attr:`Window.near` lists the targets that
 the open passive target epoch includes and whose memory is mapped here (``Region.atomic``):
 ``Win``'s near path serves those without asking the epochs again.  ``Fence`` is a
@@ -75,7 +75,7 @@ import numpy as np
 from . import _memfd
 from . import _runtime as _rt
 from ._arrays import _PEEK
-from ._rmasync import Epochs
+from .rma.epochs import Epochs
 from .constants import LOCK_EXCLUSIVE, MODE_NOCHECK
 from .datatypes.plan import plan_for
 from .errors import (ERR_ARG, ERR_OP, ERR_PROC_FAILED, ERR_RMA_ATTACH, ERR_RMA_RANGE, ERR_TYPE, error)

@@ -17,7 +17,7 @@ element-wise atomic only among updates made by one agent, and the CPU's atomic i
 on mapped memory are not atomic with respect to the MPI library's accumulates.
 
 Two MPI windows per gpumpi window, each in one ``Lock_all(MODE_NOCHECK)`` epoch for its whole
-life (MPI's own epochs are not used: gpumpi checks the epochs itself, :mod:`gpumpi._rmasync`,
+life (MPI's own epochs are not used: gpumpi checks the epochs itself, :mod:`gpumpi.rma.epochs`,
 and gives its errors before MPI sees a call):
 
 * the *data* window: the exposed memory (``Win_create`` on it, ``Win_create_dynamic`` and
@@ -65,7 +65,7 @@ import numpy as np
 
 from . import _rma
 from . import _runtime as _rt
-from ._rmasync import Epochs
+from .rma.epochs import Epochs
 from .constants import LOCK_EXCLUSIVE, MODE_NOCHECK
 from .errors import ERR_OTHER, ERR_RMA_ATTACH, ERR_UNSUPPORTED_OPERATION, error
 

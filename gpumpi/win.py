@@ -7,7 +7,7 @@ every reference to a window shares one :class:`_State` (name, error handler, inf
 attributes and the :class:`gpumpi._rma.Window` runtime).  This module validates
 arguments, parses mpi4py's buffer and target specs, and calls the runtime, which
 moves the data (see :mod:`gpumpi._rma` for how a window is reached and
-synchronized, and :mod:`gpumpi._rmasync` for the epoch rules).
+synchronized, and :mod:`gpumpi.rma.epochs` for the epoch rules).
 
 Buffer specs are mpi4py's (``_p_msg_rma``): the origin is a simple buffer spec; the
 target is ``None`` (displacement 0, the origin's count and type), an integer
