@@ -42,7 +42,8 @@ import os
 
 import numpy as np
 
-from . import _rma
+from .rma import local as _rma
+from .rma import origin as _origin
 from ._arrays import _DATA, _DT_BY_ID, _FLAGS
 from ._buffers import _asdatatype, _extent_for, _is_integral, message_simple
 from ._handles import Handle, Table, is_constant
@@ -223,9 +224,9 @@ class Win(Handle):
         dup = comm.Dup()
         try:
             if _spans_nodes(comm):
-                from . import _rmampi
+                from .rma import mpi
 
-                W = _rmampi.Window(dup, flavor)
+                W = mpi.Window(dup, flavor)
             else:
                 W = _rma.Window(dup, flavor)
             W.setup(local, call)
@@ -625,7 +626,7 @@ class Win(Handle):
         W = st.rt
         W.epochs.operation(r, call)
         if r in W.pending_post:
-            W._await_post(r, call)
+            W.await_post(r, call)
         g, addr = W.target(r, disp, plan, call)
         return st, r, msg, ttype, plan, (g, addr)
 
@@ -652,13 +653,13 @@ class Win(Handle):
             if r == PROC_NULL:
                 return
             _same_size(msg.nbytes, plan.nbytes, call)
-            _rma.check_signatures(msg.datatype, ttype, call)
+            _origin.check_signatures(msg.datatype, ttype, call)
             g = ga[0]
             if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct":
                 if plan.nbytes:
                     ctypes.memmove(ga[1] + plan.lo, msg.addr + msg.lo, plan.nbytes)  # one copy, no array made
                 return
-            st.rt.write(g, ga[1], plan, _rma.origin_packed(msg), call)
+            st.rt.write(g, ga[1], plan, _origin.origin_packed(msg), call)
         except MPIException as e:
             self._raise(e)
 
@@ -685,13 +686,13 @@ class Win(Handle):
             if r == PROC_NULL:
                 return
             _same_size(msg.nbytes, plan.nbytes, call)
-            _rma.check_signatures(msg.datatype, ttype, call)
+            _origin.check_signatures(msg.datatype, ttype, call)
             g = ga[0]
             if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct":
                 if plan.nbytes:
                     ctypes.memmove(msg.addr + msg.lo, ga[1] + plan.lo, plan.nbytes)
                 return
-            _rma.origin_unpack(msg, st.rt.read(g, ga[1], plan, call), plan.nbytes)
+            _origin.origin_unpack(msg, st.rt.read(g, ga[1], plan, call), plan.nbytes)
         except MPIException as e:
             self._raise(e)
 
@@ -715,9 +716,9 @@ class Win(Handle):
                 if not isinstance(op, Op):
                     raise TypeError(f"{call}: expecting an Op (got {type(op).__name__})")
                 return
-            red, dtype = _rma.check_acc_types(msg.datatype, ttype, op, call)
+            red, dtype = _origin.check_acc_types(msg.datatype, ttype, op, call)
             _same_size(msg.nbytes, plan.nbytes, call)
-            st.rt.accumulate(ga[0], ga[1], plan, red, dtype, _rma.origin_packed(msg), op._name, False, call)
+            st.rt.accumulate(ga[0], ga[1], plan, red, dtype, _origin.origin_packed(msg), op._name, False, call)
         except MPIException as e:
             self._raise(e)
 
@@ -733,16 +734,16 @@ class Win(Handle):
                 if not isinstance(op, Op):
                     raise TypeError(f"{call}: expecting an Op (got {type(op).__name__})")
                 return
-            red, dtype = _rma.check_acc_types(msg.datatype, ttype, op, call)
+            red, dtype = _origin.check_acc_types(msg.datatype, ttype, op, call)
             if op._name != "NO_OP":
                 _same_size(msg.nbytes, plan.nbytes, call)
-                packed = _rma.origin_packed(msg)
+                packed = _origin.origin_packed(msg)
             else:
                 packed = np.zeros(plan.nbytes, np.uint8)
             _same_size(res.nbytes, plan.nbytes, call, "result")
-            _rma.check_signatures(res.datatype, ttype, call, "result")
+            _origin.check_signatures(res.datatype, ttype, call, "result")
             old = st.rt.accumulate(ga[0], ga[1], plan, red, dtype, packed, op._name, True, call)
-            _rma.origin_unpack(res, old, plan.nbytes)
+            _origin.origin_unpack(res, old, plan.nbytes)
         except MPIException as e:
             self._raise(e)
 
@@ -772,23 +773,23 @@ class Win(Handle):
                 return
             _single(msg, res, None, call)
             ttype = msg.datatype
-            red, dtype = _rma.check_acc_types(ttype, ttype, op, call)
+            red, dtype = _origin.check_acc_types(ttype, ttype, op, call)
             W = st.rt
             W.epochs.operation(r, call)
             if r in W.pending_post:
-                W._await_post(r, call)
+                W.await_post(r, call)
             plan = plan_for(ttype, 1)
             g, addr = W.target(r, disp, plan, call)
             if g.atomic and dtype is not None and res.kind == "host" and msg.kind == "host":
                 ct = _CTYPES.get(dtype) if ttype._size == dtype.itemsize else None
-                A = _rma._atomics()
+                A = _rma.atomics()
                 if ct is not None and A.supported(op._name, dtype) and not (addr + plan.lo) % dtype.itemsize:
                     # one instruction, no array made (a misaligned element takes the accumulate lock below)
                     old = A.fetch_and_op(addr + plan.lo, ct.from_address(msg.addr + msg.lo).value, op._name, dtype)
                     ct.from_address(res.addr + res.lo).value = old
                     return
-            old = W.accumulate(g, addr, plan, red, dtype, _rma.origin_packed(msg), op._name, True, call)
-            _rma.origin_unpack(res, old, plan.nbytes)
+            old = W.accumulate(g, addr, plan, red, dtype, _origin.origin_packed(msg), op._name, True, call)
+            _origin.origin_unpack(res, old, plan.nbytes)
         except MPIException as e:
             self._raise(e)
 
@@ -826,12 +827,12 @@ class Win(Handle):
             W = st.rt
             W.epochs.operation(r, call)
             if r in W.pending_post:
-                W._await_post(r, call)
+                W.await_post(r, call)
             plan = plan_for(ttype, 1)
             g, addr = W.target(r, disp, plan, call)
-            old = W.compare_and_swap(g, addr + plan.lo, dtype, np.array(_rma.origin_packed(msg)),
-                                     np.array(_rma.origin_packed(cmp)), call)
-            _rma.origin_unpack(res, old, plan.nbytes)
+            old = W.compare_and_swap(g, addr + plan.lo, dtype, np.array(_origin.origin_packed(msg)),
+                                     np.array(_origin.origin_packed(cmp)), call)
+            _origin.origin_unpack(res, old, plan.nbytes)
         except MPIException as e:
             self._raise(e)
 
@@ -1066,7 +1067,7 @@ _CAS_LAST: tuple = (_NOTHING,) * 7
 def _raw() -> list:
     """:data:`_RAW`, filled on first use (which compiles)."""
     if not _RAW:
-        _RAW.append(_rma._atomics().raw())
+        _RAW.append(_rma.atomics().raw())
     return _RAW
 
 
@@ -1117,11 +1118,11 @@ def _op_entry(cache: dict, op, T, call: str, maker: str, no_op: bool):
     if dt is None:
         return False  # not a predefined constant: nothing cached under its id
     e = False
-    A = _rma._atomics()
+    A = _rma.atomics()
     if (dt and dt.kind in "iuf" and isinstance(op, Op) and op._rec is None and (no_op or op._name != "NO_OP")
             and A.ndarray_layout() and A.supported(op._name, dt)):
         try:
-            _rma.check_acc_types(T, T, op, call)  # MPI defines the op for the type
+            _origin.check_acc_types(T, T, op, call)  # MPI defines the op for the type
         except MPIException:
             pass
         else:
@@ -1188,7 +1189,7 @@ def _cas_entry(T):
     if dt is None:
         return False  # not a predefined constant: nothing cached under its id
     e = False
-    A = _rma._atomics()
+    A = _rma.atomics()
     if dt and dt.kind in "iu" and A.ndarray_layout():
         try:
             _cas_dtype(T, "Win.Compare_and_swap")
