@@ -65,7 +65,7 @@ from .op import (  # noqa: F401
     BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op,
 )
 from .session import SESSION_NULL, Session  # noqa: F401
-from .win import WIN_NULL, Win  # noqa: F401
+from .rma import WIN_NULL, Win  # noqa: F401
 from ._pickle import PICKLE as pickle, Pickle  # noqa: F401
 from . import _commctx
 

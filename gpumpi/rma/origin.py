@@ -23,8 +23,9 @@ import numpy as np
 from .. import _services
 from ..datatypes.plan import plan_for
 from ..errors import ERR_OP, ERR_TYPE, error
+from ..errors import Exception as MPIException
 
-__all__ = ["check_signatures", "origin_packed", "origin_unpack", "check_acc_types"]
+__all__ = ["check_signatures", "origin_packed", "origin_unpack", "check_acc_types", "cas_dtype"]
 
 _U8 = np.dtype(np.uint8)
 
@@ -149,3 +150,17 @@ def _check_acc_types(otype, ttype, op, call: str):
     if dtype is not None and (dtype.kind not in "biuf" or dtype.itemsize not in (1, 2, 4, 8)):
         dtype = None
     return red, dtype
+
+
+def cas_dtype(datatype, call: str):
+    """The element type of Compare_and_swap: integer, logical or byte types only (MPI)."""
+    from ..kernels import reduce as K
+
+    for name in ("BOR", "LOR"):
+        try:
+            dt = K.resolve(name, datatype, call).dtype
+        except MPIException:
+            continue
+        if dt is not None and dt.itemsize in (1, 2, 4, 8) and datatype._nbasic == 1:
+            return dt
+    raise error(ERR_TYPE, f"{call}: Compare_and_swap takes one integer, logical or byte element ({datatype!r})")
