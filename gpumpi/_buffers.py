@@ -76,7 +76,7 @@ from .datatypes.flatten import sigcode
 from .datatypes.predefined import lookup_typecode
 from .errors import ERR_TYPE, error
 
-__all__ = ["Msg", "MsgV", "message_simple", "message_vector", "host_fast"]
+__all__ = ["Msg", "MsgV", "message_simple", "message_vector", "host_fast", "asdatatype", "is_integral", "extent_for"]
 
 _id = id
 _ndarray = np.ndarray
@@ -172,6 +172,9 @@ def _asdatatype(o_type, call: str) -> Datatype:
     return lookup_typecode(o_type, call)
 
 
+asdatatype = _asdatatype  # public: a buffer spec's datatype item as a Datatype (RMA's target spec)
+
+
 def _is_integral(ob) -> bool:
     """mpi4py's ``is_integral``: an index that is not a sized sequence."""
     tp = type(ob)
@@ -190,6 +193,9 @@ def _is_integral(ob) -> bool:
     except Exception:
         return False
     return True
+
+
+is_integral = _is_integral  # public: mpi4py's test of an integer argument (RMA's target spec)
 
 
 def _index(value, call: str) -> int:
@@ -250,6 +256,9 @@ def _extent_for(datatype: Datatype, what: str, call: str) -> int:
     lb = datatype._lb
     raise ValueError(f"{_prefix(call)}message: cannot {what}, datatype extent {extent} "
                      f"(lb:{lb}, ub:{lb + extent})")
+
+
+extent_for = _extent_for  # public: the extent, checked usable (RMA's target datatype)
 
 
 def _bounds(datatype: Datatype, start: int, n: int) -> tuple[int, int]:

@@ -66,7 +66,7 @@ from ..constants import (
 )
 from ..errors import ERR_COMM, ERR_COUNT, ERR_OTHER, ERR_TYPE, error
 
-__all__ = ["Datatype", "DATATYPE_NULL", "install_memory_ops", "typecode", "typealign"]
+__all__ = ["Datatype", "DATATYPE_NULL", "install_memory_ops", "typecode", "typealign", "PREDEFINED"]
 
 #: MPICH's MPI_DATATYPE_NULL handle.
 NULL_HANDLE = 0x0C000000
@@ -101,6 +101,8 @@ _F90 = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
 
 # handle -> Datatype, for fromhandle/fromint/f2py: predefined strongly, derived weakly
 _PREDEFINED: dict[int, "Datatype"] = {}
+#: handle -> the predefined Datatype (module constant) of that handle (read-only outside this module)
+PREDEFINED = _PREDEFINED
 _DERIVED: "weakref.WeakValueDictionary[int, Datatype]" = weakref.WeakValueDictionary()
 
 # memory operations installed by datatypes.plan (L2): name -> callable

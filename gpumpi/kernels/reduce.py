@@ -82,7 +82,8 @@ from ..datatypes import predefined as _pd
 from ..datatypes._core import _F90, Datatype
 from ..errors import ERR_OP, error
 
-__all__ = ["Reducer", "Elementwise", "resolve", "OP_NAMES", "SIM_KERNEL_MAX", "device_reduce", "sim_reduce"]
+__all__ = ["Reducer", "Elementwise", "resolve", "OP_NAMES", "SIM_KERNEL_MAX", "device_reduce", "sim_reduce",
+           "named_basic"]
 
 #: the predefined operation names, in MPICH handle order
 OP_NAMES = ("MAX", "MIN", "SUM", "PROD", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MINLOC", "MAXLOC",
@@ -137,6 +138,9 @@ def _named_basic(basic: Datatype) -> Datatype:
     while basic._combiner in _F90:
         basic = basic._base
     return basic
+
+
+named_basic = _named_basic  # public: RMA compares the basic types of origin and target by it
 
 
 def _tname(datatype: Datatype) -> str:

@@ -32,8 +32,7 @@ import numpy as np
 
 from .._arrays import _DT_BY_ID
 from .._handles import is_constant
-from ..datatypes._core import _PREDEFINED as _PREDEFINED_TYPES
-from ..datatypes._core import Datatype
+from ..datatypes._core import PREDEFINED, Datatype
 from ..errors import Exception as MPIException
 from ..op import Op
 from .local import atomics
@@ -96,7 +95,7 @@ def spec(buf):
 def np_near(T):
     """The NumPy dtype of the elements of ``T`` when it is a predefined module constant (never
     freed nor nullified), else False (cached in ``NEAR.nps`` for those constants)."""
-    if not isinstance(T, Datatype) or _PREDEFINED_TYPES.get(T._handle) is not T:
+    if not isinstance(T, Datatype) or PREDEFINED.get(T._handle) is not T:
         return False
     dt = False
     if T._basic is T:

@@ -43,9 +43,9 @@ def check_signatures(a, b, call: str, what: str = "origin") -> None:
     ab, bb = a._basic, b._basic
     if ab is None or bb is None or ab is bb or ab._size == 1 or bb._size == 1 or not _services.typecheck():
         return
-    from ..kernels.reduce import _named_basic
+    from ..kernels.reduce import named_basic
 
-    if _named_basic(ab) is not _named_basic(bb):
+    if named_basic(ab) is not named_basic(bb):
         raise error(ERR_TYPE, f"{call}: {what} and target datatypes are made of different basic types "
                               f"({ab!r} and {bb!r})")
 
@@ -134,7 +134,7 @@ def _check_acc_types(otype, ttype, op, call: str):
     name = op._name
     ob, tb = otype._basic, ttype._basic
     if name != "NO_OP" and otype._size and ttype._size and (ob is None or tb is None or
-                                                             K._named_basic(ob) is not K._named_basic(tb)):
+                                                             K.named_basic(ob) is not K.named_basic(tb)):
         raise error(ERR_TYPE, f"{call}: origin and target datatypes must be made of the same predefined type "
                               f"({otype!r}, {ttype!r})")
     red = K.resolve(name, ttype, call)

@@ -47,7 +47,7 @@ import operator
 import numpy as np
 
 from .._arrays import _DATA, _FLAGS
-from .._buffers import _asdatatype, _extent_for, _is_integral, message_simple
+from .._buffers import asdatatype, extent_for, is_integral, message_simple
 from .._handles import Handle, Table
 from .._membuffer import buffer
 from ..constants import (KEYVAL_INVALID, LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOCHECK, MODE_NOPRECEDE, MODE_NOPUT,
@@ -351,14 +351,14 @@ class Win(Handle):
         ocount, otype = (msg.count, msg.datatype) if msg is not None else (0, None)
         if target is None:
             disp, count, dtype = 0, ocount, otype
-        elif _is_integral(target):
+        elif is_integral(target):
             disp, count, dtype = operator.index(target), ocount, otype
         elif isinstance(target, (list, tuple)):
             if len(target) > 3:
                 raise ValueError(f"{call}: target: expecting 3 items at most")
             disp = operator.index(target[0]) if len(target) >= 1 else 0
             count = operator.index(target[1]) if len(target) >= 2 else ocount
-            dtype = _asdatatype(target[2], call) if len(target) >= 3 else otype
+            dtype = asdatatype(target[2], call) if len(target) >= 3 else otype
         else:
             raise ValueError(f"{call}: target: expecting integral or list/tuple")
         if count < 0:
@@ -366,7 +366,7 @@ class Win(Handle):
         if dtype is None:
             raise error(ERR_TYPE, f"{call}: target datatype is null")
         if count:
-            _extent_for(dtype, "use it as target datatype", call)
+            extent_for(dtype, "use it as target datatype", call)
         return disp, count, dtype
 
     def _prep(self, call: str, origin, target_rank, target, readonly: bool):
