@@ -30,13 +30,12 @@ import os
 
 import numpy as np
 
-from .. import _memfd
+from .. import _memfd, _services
 from .._arrays import as_buffer
-from ..constants import (BOTTOM, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC, WIN_FLAVOR_SHARED)
-from ..errors import (ERR_ARG, ERR_COMM, ERR_DISP, ERR_RMA_FLAVOR, ERR_RMA_SHARED, ERR_SIZE, ERRORS_RETURN, error)
+from ..constants import BOTTOM, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC, WIN_FLAVOR_SHARED
+from ..errors import ERR_ARG, ERR_COMM, ERR_DISP, ERR_RMA_FLAVOR, ERR_RMA_SHARED, ERR_SIZE, ERRORS_RETURN, error
 from ..info import INFO_NULL, Info
 from ..keyval import on_free
-from .. import _services
 from .local import Window as LocalWindow
 
 __all__ = ["State", "int_arg", "info_dict", "Create", "Allocate", "Allocate_shared", "Create_dynamic", "Attach",
