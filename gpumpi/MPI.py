@@ -65,7 +65,7 @@ from .op import (  # noqa: F401
     BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op,
 )
 from .session import SESSION_NULL, Session  # noqa: F401
-from .win import WIN_NULL, Win  # noqa: F401
+from .rma import WIN_NULL, Win  # noqa: F401
 from ._pickle import PICKLE as pickle, Pickle  # noqa: F401
 from . import _commctx
 
@@ -191,7 +191,7 @@ def Compute_dims(nnodes: int, dims) -> list[int]:
     (the balancing rule and the errors: :mod:`gpumpi.topology`).
     """
     nnodes = int(nnodes) if isinstance(nnodes, float) else _operator.index(nnodes)
-    if _bufs._is_integral(dims):
+    if _bufs.is_integral(dims):
         ndims = _operator.index(dims)
         dims = [0] * max(ndims, 0)
     else:

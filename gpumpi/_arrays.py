@@ -147,9 +147,6 @@ NP_DATA_OFFSET, NP_ND_OFFSET, NP_DIMS_OFFSET, NP_FLAGS_OFFSET = 16, 24, 32, 64
 #: Bits of the ``flags`` word: NumPy's ``NPY_ARRAY_C_CONTIGUOUS``, ``NPY_ARRAY_F_CONTIGUOUS``,
 #: ``NPY_ARRAY_ALIGNED`` and ``NPY_ARRAY_WRITEABLE``.
 NP_C_CONTIGUOUS, NP_F_CONTIGUOUS, NP_ALIGNED, NP_WRITEABLE = 0x1, 0x2, 0x100, 0x400
-_C_CONTIG = NP_C_CONTIGUOUS  # old name, kept until every importer uses the public one
-_F_CONTIG = NP_F_CONTIGUOUS  # old name, kept until every importer uses the public one
-_WRITEABLE = NP_WRITEABLE  # old name, kept until every importer uses the public one
 
 
 class BufferView:
@@ -183,7 +180,7 @@ class BufferView:
                 f"format={self.format!r} readonly={self.readonly} owner={type(self.obj).__name__}>")
 
 
-def _raw_mem(addr: int, nbytes: int, readonly: bool, owner) -> memoryview:
+def raw_mem(addr: int, nbytes: int, readonly: bool, owner) -> memoryview:
     """A memoryview over raw host-addressable bytes; the owner rides along with it."""
     if nbytes == 0:
         return memoryview(b"") if readonly else memoryview(bytearray())
@@ -197,7 +194,7 @@ def _make_mem(view: BufferView) -> memoryview:
     obj = view.obj
     if isinstance(obj, _ndarray):
         return nd_bytes(obj)
-    return _raw_mem(view.addr, view.nbytes, view.readonly, obj)
+    return raw_mem(view.addr, view.nbytes, view.readonly, obj)
 
 
 def nd_bytes(a) -> memoryview:
@@ -212,7 +209,7 @@ def nd_bytes(a) -> memoryview:
     except ValueError:  # no buffer format (datetimes)
         pass
     addr, fl = ndarray_addr_flags(a)
-    return _raw_mem(addr, a.nbytes, not fl & NP_WRITEABLE, a)
+    return raw_mem(addr, a.nbytes, not fl & NP_WRITEABLE, a)
 
 
 class StridedView(BufferView):
@@ -245,7 +242,7 @@ class StridedView(BufferView):
         """1-D ``'B'`` memoryview of the touched bytes ``[addr + lo, addr + lo + span)``."""
         m = self._mem
         if m is None and self.kind != DEVICE:
-            m = self._mem = _raw_mem(self.addr + self.lo, self.span, self.readonly, self.obj)
+            m = self._mem = raw_mem(self.addr + self.lo, self.span, self.readonly, self.obj)
         return m
 
     def __repr__(self) -> str:
@@ -267,7 +264,7 @@ def _extent_of(shape, strides, itemsize: int) -> tuple[int, int]:
     return lo, hi + itemsize - lo
 
 
-def _strided_nd(a, readonly: bool, call: str) -> StridedView:
+def strided_nd(a, readonly: bool, call: str) -> StridedView:
     """A StridedView of a non-contiguous host NumPy array (strided NumPy views)."""
     addr, fl = ndarray_addr_flags(a)
     ro = not fl & NP_WRITEABLE
@@ -310,9 +307,6 @@ def _peek_tables():
 PEEK_DATA, PEEK_FLAGS = _peek_tables()
 #: whether this interpreter's ndarray header has the layout checked above (the peeks are valid)
 PEEK_OK = PEEK_DATA is not None
-_DATA = PEEK_DATA  # old name, kept until every importer uses the public one
-_FLAGS = PEEK_FLAGS  # old name, kept until every importer uses the public one
-_PEEK = PEEK_OK  # old name, kept until every importer uses the public one
 
 
 def ndarray_addr_flags(a) -> tuple[int, int]:
@@ -327,7 +321,6 @@ def ndarray_addr_flags(a) -> tuple[int, int]:
             | (f.writeable and NP_WRITEABLE))
 
 
-_nd_addr_flags = ndarray_addr_flags  # old name, kept until every importer uses the public one
 
 
 def _from_ndarray(a, readonly: bool, call: str) -> BufferView:
@@ -870,7 +863,6 @@ def _check_mapped(lo: int, hi: int, call: str, what: str) -> None:
 #: id(builtin NumPy dtype) -> its predefined Datatype, filled by :func:`lookup_dtype` (builtin
 #: dtypes are immortal, so their ids are theirs): the hot paths' one dict lookup
 DATATYPE_BY_DTYPE_ID: dict[int, Datatype] = {}
-_DT_BY_ID = DATATYPE_BY_DTYPE_ID  # old name, kept until every importer uses the public one
 
 
 def lookup_dtype(dtype, call: str = "") -> Datatype:

@@ -64,8 +64,8 @@ from ._arrays import (
     BufferView,
     NotABufferError,
     StridedView,
-    _raw_mem,
-    _strided_nd,
+    raw_mem,
+    strided_nd,
     as_buffer,
     datatype_of,
     lookup_dtype,
@@ -77,7 +77,7 @@ from .datatypes.flatten import sigcode
 from .datatypes.predefined import lookup_typecode
 from .errors import ERR_TYPE, error
 
-__all__ = ["Msg", "MsgV", "message_simple", "message_vector", "host_fast"]
+__all__ = ["Msg", "MsgV", "message_simple", "message_vector", "host_fast", "asdatatype", "is_integral", "extent_for"]
 
 _id = id
 _ndarray = np.ndarray
@@ -111,7 +111,7 @@ class _Message:
                     return None
                 whole, base = v.mem, v.addr
             elif obj is None:  # absolute addresses (BOTTOM)
-                m = self._mem = _raw_mem(self.addr + self.lo, self.span, False, None)
+                m = self._mem = raw_mem(self.addr + self.lo, self.span, False, None)
                 return m
             else:  # an ndarray parsed straight from its header
                 whole, base = nd_bytes(obj), None
@@ -167,13 +167,15 @@ def _prefix(call: str) -> str:
     return f"{call}: " if call else ""
 
 
-def _asdatatype(o_type, call: str) -> Datatype:
+def asdatatype(o_type, call: str) -> Datatype:
     if isinstance(o_type, Datatype):
         return o_type
     return lookup_typecode(o_type, call)
 
 
-def _is_integral(ob) -> bool:
+
+
+def is_integral(ob) -> bool:
     """mpi4py's ``is_integral``: an index that is not a sized sequence."""
     tp = type(ob)
     if not hasattr(tp, "__index__"):
@@ -191,6 +193,8 @@ def _is_integral(ob) -> bool:
     except Exception:
         return False
     return True
+
+
 
 
 def _index(value, call: str) -> int:
@@ -214,7 +218,7 @@ def _basic(o_buf, o_type, readonly: bool, call: str, strided: bool = False):
     with datatype None, for :func:`_strided_message`; else it is a BufferError.
     """
     if o_buf is None or o_buf is BOTTOM:
-        return None, None, 0, 0, HOST, _asdatatype(o_type, call)
+        return None, None, 0, 0, HOST, asdatatype(o_type, call)
     if type(o_buf) is _ndarray and PEEK_OK:
         i = _id(o_buf) >> 3
         fl = PEEK_FLAGS[i]
@@ -224,12 +228,12 @@ def _basic(o_buf, o_type, readonly: bool, call: str, strided: bool = False):
             elif type(o_type) is Datatype:
                 datatype = o_type
             else:
-                datatype = _asdatatype(o_type, call)
+                datatype = asdatatype(o_type, call)
             return o_buf, None, PEEK_DATA[i], o_buf.nbytes, HOST, datatype
     view = as_buffer(o_buf, readonly, call, strided)
     if view.__class__ is StridedView:
         return view.obj, view, view.addr, view.nbytes, view.kind, None
-    datatype = datatype_of(view, call) if o_type is None else _asdatatype(o_type, call)
+    datatype = datatype_of(view, call) if o_type is None else asdatatype(o_type, call)
     return view.obj, view, view.addr, view.nbytes, view.kind, datatype
 
 
@@ -239,7 +243,7 @@ def _invalid(datatype: Datatype, call: str):
     raise error(ERR_TYPE, f"{_prefix(call)}datatype has been freed ({datatype._handle:#x})")
 
 
-def _extent_for(datatype: Datatype, what: str, call: str) -> int:
+def extent_for(datatype: Datatype, what: str, call: str) -> int:
     """The extent, checked usable for ``what`` (raising mpi4py's errors otherwise)."""
     extent = datatype._extent
     if extent is not None and extent > 0 and not datatype._rec.freed:
@@ -251,6 +255,8 @@ def _extent_for(datatype: Datatype, what: str, call: str) -> int:
     lb = datatype._lb
     raise ValueError(f"{_prefix(call)}message: cannot {what}, datatype extent {extent} "
                      f"(lb:{lb}, ub:{lb + extent})")
+
+
 
 
 def _bounds(datatype: Datatype, start: int, n: int) -> tuple[int, int]:
@@ -410,7 +416,7 @@ def _strided_message(sv: StridedView, o_count, o_displ, o_type, readonly: bool, 
     if not readonly and sv.readonly:
         raise BufferError(f"{_prefix(call)}buffer is not writable (read-only {type(sv.obj).__name__})")
     first = sv.addr
-    given = None if o_type is None else _asdatatype(o_type, call)
+    given = None if o_type is None else asdatatype(o_type, call)
     if given is not None and (given._combiner not in PREDEFINED_COMBINERS or given._size != sv.itemsize):
         if given._size is None or given._rec.freed:
             _invalid(given, call)
@@ -459,7 +465,7 @@ def _strided_message(sv: StridedView, o_count, o_displ, o_type, readonly: bool, 
     m.blocks = 1
     m.kind = sv.kind
     m.contiguous = datatype._contig
-    m._mem = None if sv.kind == DEVICE else _raw_mem(addr + lo, m.span, readonly, sv.obj)
+    m._mem = None if sv.kind == DEVICE else raw_mem(addr + lo, m.span, readonly, sv.obj)
     return m
 
 
@@ -482,13 +488,13 @@ def _message_simple(spec, readonly: bool, blocks: int, call: str) -> Msg:
         else:
             raise ValueError(f"{_prefix(call)}message: expecting 2 to 4 items")
         if _strided(o_buf):
-            return _strided_message(_strided_nd(o_buf, True, call), o_count, o_displ, o_type, readonly,
+            return _strided_message(strided_nd(o_buf, True, call), o_count, o_displ, o_type, readonly,
                                     blocks, call)
         obj, view, baddr, length, kind, datatype = _basic(o_buf, o_type, readonly, call, True)
     else:
         o_buf = spec
         if _strided(spec):
-            return _strided_message(_strided_nd(spec, True, call), None, None, None, readonly, blocks, call)
+            return _strided_message(strided_nd(spec, True, call), None, None, None, readonly, blocks, call)
         obj, view, baddr, length, kind, datatype = _top_level(spec, readonly, call, True)
     if datatype is None:  # a non-contiguous CAI/DLPack array
         return _strided_message(view, o_count, o_displ, o_type, readonly, blocks, call)
@@ -500,7 +506,7 @@ def _message_simple(spec, readonly: bool, blocks: int, call: str) -> Msg:
         if displ < 0:
             raise ValueError(f"{_prefix(call)}message: negative displacement {displ}")
         if displ > 0:
-            extent = _extent_for(datatype, "handle displacement", call)
+            extent = extent_for(datatype, "handle displacement", call)
             if displ * extent > length:
                 raise ValueError(f"{_prefix(call)}message: displacement {displ} out of bounds, "
                                  f"number of datatype entries {length // extent}")
@@ -513,7 +519,7 @@ def _message_simple(spec, readonly: bool, blocks: int, call: str) -> Msg:
         if count > 0 and o_buf is None:
             raise ValueError(f"{_prefix(call)}message: buffer is None but count is {count}")
     elif length > 0:
-        extent = _extent_for(datatype, "infer count", call)
+        extent = extent_for(datatype, "infer count", call)
         if length % extent:
             lb = datatype._lb
             raise ValueError(f"{_prefix(call)}message: cannot infer count, buffer length {length} is not a "
@@ -590,7 +596,7 @@ def message_vector(spec, readonly: bool, rank: int, blocks: int, call: str = "")
     if o_counts is None:
         csize = 0
         if bsize > 0:
-            extent = _extent_for(datatype, "infer count", call)
+            extent = extent_for(datatype, "infer count", call)
             if bsize % extent:
                 lb = datatype._lb
                 raise ValueError(f"{_prefix(call)}message: cannot infer count, buffer length {bsize} is not a "
@@ -598,7 +604,7 @@ def message_vector(spec, readonly: bool, rank: int, blocks: int, call: str = "")
             csize = bsize // extent
         q, r = divmod(csize, blocks) if blocks > 0 else (0, 0)
         counts = tuple(q + (i < r) for i in range(blocks))
-    elif _is_integral(o_counts):
+    elif is_integral(o_counts):
         counts = (_index(o_counts, call),) * blocks
     else:
         counts = check_array(o_counts, blocks, call)
@@ -608,7 +614,7 @@ def message_vector(spec, readonly: bool, rank: int, blocks: int, call: str = "")
             displs.append(acc)
             acc += c
         displs = tuple(displs)
-    elif _is_integral(o_displs):
+    elif is_integral(o_displs):
         stride = _index(o_displs, call)
         displs = tuple(stride * i for i in range(blocks))
     else:

@@ -134,7 +134,7 @@ class _Alias:
 
 def _memoryview(obj, *args):
     """``memoryview`` that also takes an ``MPI.Win`` (its memory), as mpi4py's Cython Win does."""
-    from .win import Win
+    from .rma import Win
 
     if isinstance(obj, Win):
         return memoryview(obj.tomemory())

@@ -19,8 +19,10 @@ from __future__ import annotations
 from . import _runtime as _rt
 from ._xfer import SENT  # noqa: F401  (the shared completed send; API modules compare with it)
 
-__all__ = ["SENT", "backoff", "cancel", "context_freed", "free_context", "probe_now", "probe_wait", "failed_ranks", "node_of", "poll", "wait", "wait_until", "world_rank",
-           "world_size", "abort"]
+__all__ = ["SENT", "abort", "backoff", "cancel", "context_freed", "failed_ranks", "free_context", "node_of", "poll",
+           "probe_now", "probe_wait", "wait", "wait_until", "world_rank", "world_size",
+           # windows
+           "copy_stream", "typecheck", "far_ranks", "mpi_world", "mpi_cuda_aware"]
 
 
 def wait(x) -> None:
@@ -130,3 +132,34 @@ def probe_now(ctx: int, source: int, tag: int, take: bool):
         if not eng.quiet():
             eng.progress()
         return (eng.matcher.take if take else eng.matcher.probe)(ctx, source, tag)
+
+
+# -- windows --
+
+def copy_stream(ad):
+    """gpumpi's copy stream on device adapter ``ad`` (made on first use, one per adapter)."""
+    return _rt.ENGINE.copy_stream(ad)
+
+
+def typecheck() -> bool:
+    """Whether datatype signatures are checked against each other (``GPUMPI_TYPECHECK``)."""
+    return _rt.ENGINE.typecheck
+
+
+def far_ranks() -> frozenset:
+    """The world ranks on other nodes than this process's (empty on one node, or before ``Init``)."""
+    eng = _rt.ENGINE
+    return eng.far if eng is not None else frozenset()
+
+
+def mpi_world():
+    """``(mpi4py's MPI, gpumpi's private duplicate of its COMM_WORLD)`` under an MPI launcher, else None."""
+    return _rt.ENGINE.world.mpi
+
+
+def mpi_cuda_aware() -> bool:
+    """Whether the MPI library of :func:`mpi_world` takes device pointers (``GPUMPI_MPI_CUDA``, else its answer)."""
+    from .ipc import mpi
+
+    world = _rt.ENGINE.world
+    return mpi.cuda_aware(world.mpi[0], world.cfg.mpi_cuda)

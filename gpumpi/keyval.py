@@ -14,7 +14,7 @@ Python reference to one handle sees the same attributes), ``wrap(obj)`` (a fresh
 reference to that handle, handed to callbacks) and ``nullify(ref)`` (what the
 reference becomes after the callback: the null object, as mpi4py leaves it).
 The class then sets ``cls._attrkind = kind``; :func:`on_dup` and :func:`on_free`
-find the kind through it.  Windows (:mod:`gpumpi.win`) build
+find the kind through it.  Windows (:mod:`gpumpi.rma.win`) build
 ``Kind("Win", WIN_FIRST, ...)``, forward their five calls to it, and call
 ``on_free(win)`` from ``Win.Free`` (windows are never duplicated).
 

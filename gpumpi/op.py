@@ -46,7 +46,7 @@ from .errors import ERR_BUFFER, ERR_OP, error
 __all__ = ["Op", "check_op", "reduce_unit", "reduce_packed", "OP_NULL", "MAX", "MIN", "SUM", "PROD", "LAND",
            "BAND", "LOR", "BOR", "LXOR", "BXOR", "MINLOC", "MAXLOC", "REPLACE", "NO_OP"]
 
-_NULL_H = 0x18000000
+OP_NULL_HANDLE = 0x18000000
 MAX_USER_OP = 32  # mpi4py's registry size
 _slots: list = [None] * (1 + MAX_USER_OP)
 _slots_lock = threading.Lock()
@@ -76,12 +76,12 @@ class Op(Handle):
     """Reduction operation (MPI_Op)."""
 
     __slots__ = ("_h", "_name", "_commute", "_rec", "_py", "__weakref__")
-    _hnull = _NULL_H
+    _hnull = OP_NULL_HANDLE
     _htable = Table("Op", -0x68000000)
 
     def __init__(self, op: "Op | None" = None) -> None:
         if op is None:
-            self._h, self._name, self._commute, self._rec, self._py = _NULL_H, "OP_NULL", False, None, True
+            self._h, self._name, self._commute, self._rec, self._py = OP_NULL_HANDLE, "OP_NULL", False, None, True
         elif not isinstance(op, Op):
             raise TypeError(f"Op: expecting an Op (got {type(op).__name__})")
         else:
@@ -97,7 +97,7 @@ class Op(Handle):
         return self._h
 
     def _hnullify(self) -> None:
-        self._h, self._name, self._commute, self._rec, self._py = _NULL_H, "OP_NULL", False, None, True
+        self._h, self._name, self._commute, self._rec, self._py = OP_NULL_HANDLE, "OP_NULL", False, None, True
 
     def _hinit(self, src) -> None:
         Op.__init__(self, src)
@@ -108,7 +108,7 @@ class Op(Handle):
         return f"<Op {self._name}>"
 
     def _check(self, call: str) -> None:
-        if self._h == _NULL_H:
+        if self._h == OP_NULL_HANDLE:
             raise error(ERR_OP, f"Op.{call}: invalid operation (OP_NULL)")
         rec = self._rec
         if rec is not None and rec.freed:
@@ -299,7 +299,7 @@ def check_op(op, datatype, call: str) -> None:
     if not isinstance(op, Op):
         raise TypeError(f"{call}: expecting an Op (got {type(op).__name__})")
     h = op._h
-    if h == _NULL_H:
+    if h == OP_NULL_HANDLE:
         raise error(ERR_OP, f"{call}: invalid operation (OP_NULL)")
     rec = op._rec
     if rec is None:

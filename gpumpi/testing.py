@@ -348,7 +348,7 @@ def one_node_only(n: int, what: str) -> None:
 def device_windows_across_nodes(n: int) -> None:
     """Skip a test of device windows when its ``n`` ranks are on several pretend nodes and the
     MPI library is not taken to be CUDA-aware (``GPUMPI_MPI_CUDA=1``): such windows are refused
-    there (:mod:`gpumpi._rmampi`; ``tests/ipc/test_mpi.py`` tests the refusal)."""
+    there (:mod:`gpumpi.rma.mpi`; ``tests/ipc/test_mpi.py`` tests the refusal)."""
     if len(set(expected_nodes(n))) > 1 and os.environ.get("GPUMPI_MPI_CUDA") != "1":
         import pytest
 

@@ -1,6 +1,6 @@
 """The near path of MPI.Win: Fetch_and_op, Compare_and_swap, Put, Get and Flush(_local) to a
 locked target whose window memory this process maps (``Win.Allocate``) take one compiled call
-(gpumpi/win.py, "the near path"); everything else takes the general path.  These tests hold the
+(gpumpi/rma/near.py, "the near path"); everything else takes the general path.  These tests hold the
 near path to the same results and the same errors as the general one:
 
 * every op and element type MPI defines for Fetch_and_op, bare arrays and ``[array, T]`` /
@@ -63,7 +63,7 @@ def _slot(mem, k, dt):
 
 def _near_results(mode):
     from gpumpi import MPI
-    from gpumpi import win as winmod
+    from gpumpi.rma.near import NEAR
 
     c = MPI.COMM_WORLD
     r, n = c.rank, c.size
@@ -117,8 +117,8 @@ def _near_results(mode):
     win.Get(back, nxt, 150)
     win.Flush_local(nxt)
     typed = [(op, t) for k, (op, t) in enumerate(CASES) if (k % 3 if t != "u1" else 1)]
-    near_used = (all(winmod._FOPS.get((id(getattr(MPI, op)), id(getattr(MPI, MPI_NAME[t])))) for op, t in typed)
-                 and all(winmod._CASS.get(id(getattr(MPI, MPI_NAME[t]))) for t in INTS))
+    near_used = (all(NEAR.fops.get((id(getattr(MPI, op)), id(getattr(MPI, MPI_NAME[t])))) for op, t in typed)
+                 and all(NEAR.cass.get(id(getattr(MPI, MPI_NAME[t]))) for t in INTS))
     if mode == "lock_all":
         win.Unlock_all()
     else:
@@ -438,7 +438,7 @@ def _accumulate_near(n_elems):
     origin spec the near path takes was served by it; what it refuses (NO_OP, out of range,
     misaligned, a strided origin) gets the general path's result or error."""
     from gpumpi import MPI
-    from gpumpi import win as winmod
+    from gpumpi.rma.near import NEAR
 
     c = MPI.COMM_WORLD
     r, n = c.rank, c.size
@@ -455,7 +455,7 @@ def _accumulate_near(n_elems):
     opname = {id(getattr(MPI, o)): o for o in OPS_I}
     win.Lock_all()
     for k, (op, t) in enumerate(ACC_CASES):  # first use makes the entries; count the compiled calls
-        winmod._ACCS.pop((id(getattr(MPI, op)), id(getattr(MPI, MPI_NAME[t]))), None)
+        NEAR.accs.pop((id(getattr(MPI, op)), id(getattr(MPI, MPI_NAME[t]))), None)
     for rep in range(3):
         for k, (op, t) in enumerate(ACC_CASES):
             dt = np.dtype(t)
@@ -464,9 +464,9 @@ def _accumulate_near(n_elems):
             origin = [o, T] if (t == "u1" or k % 2) else o  # a bare uint8 array is MPI.BYTE: no arithmetic
             for tgt in range(n):
                 win.Accumulate(origin, tgt, k * per // 8, getattr(MPI, op))
-        for key, e in list(winmod._ACCS.items()):  # count the compiled calls from the next round on
+        for key, e in list(NEAR.accs.items()):  # count the compiled calls from the next round on
             if e and not isinstance(e[0], _Counting):
-                winmod._ACCS[key] = (_Counting(e[0], calls, (opname[key[0]], e[3].str[1:])),) + e[1:]
+                NEAR.accs[key] = (_Counting(e[0], calls, (opname[key[0]], e[3].str[1:])),) + e[1:]
         win.Flush_all()
     errors = []
     for f in (lambda: win.Accumulate(np.zeros(1), 0, 0, MPI.NO_OP),  # the general path's error

@@ -1,8 +1,8 @@
-"""The RMA epoch rules (gpumpi._rmasync), against MPI-4.1 section 12.5."""
+"""The RMA epoch rules (gpumpi.rma.epochs), against MPI-4.1 section 12.5."""
 
 import pytest
 
-from gpumpi._rmasync import FENCE, FENCE_PENDING, LOCK, LOCK_ALL, NONE, PSCW, Epochs
+from gpumpi.rma.epochs import FENCE, FENCE_PENDING, LOCK, LOCK_ALL, NONE, PSCW, Epochs
 from gpumpi.constants import LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE, MODE_NOSUCCEED
 from gpumpi.errors import ERR_RMA_SYNC
 from gpumpi.errors import Exception as MPIException

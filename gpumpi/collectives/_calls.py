@@ -109,9 +109,9 @@ def _bindv(c: Coll, b: int, m, read: bool, write: bool, counts=None, displs=None
                 off = a + lo - base
                 flats.append(Flat(whole[off:off + n], a + lo, n))
             else:  # BOTTOM: absolute addresses
-                from .._arrays import _raw_mem
+                from .._arrays import raw_mem
 
-                flats.append(Flat(_raw_mem(a + lo, n, not write, None), a + lo, n))
+                flats.append(Flat(raw_mem(a + lo, n, not write, None), a + lo, n))
         c.bufs[b] = Blocks(starts, sizes, flats)
         return sizes
     blocks = [(a, cnt, t) for a, cnt, t in zip(addrs, counts, types)]

@@ -602,9 +602,9 @@ def _kernels(run: Run, m):
 
 
 def _raw_host(addr: int, n: int, writable: bool):
-    from .._arrays import _raw_mem
+    from .._arrays import raw_mem
 
-    return _raw_mem(addr, n, not writable, None)
+    return raw_mem(addr, n, not writable, None)
 
 
 # --- running -------------------------------------------------------------------------------------

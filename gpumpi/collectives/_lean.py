@@ -95,7 +95,7 @@ from ..datatypes._core import Datatype
 from ..errors import ERR_COUNT, ERR_OTHER, ERR_TRUNCATE, ERR_TYPE, error
 from ..errors import Exception as MPIException
 from ..ipc import fastring as _F
-from ..op import _NULL_H, Op
+from ..op import OP_NULL_HANDLE, Op
 from . import _calls
 from .schedule import COPY, RBUF, RECV, RED, SBUF, SEND, TMP
 
@@ -209,9 +209,9 @@ class _Plan:
         self.rtype = self.rop = self.proga = self.nsteps = self.cma = -1
         uf = None
         if red is not None and red.dtype is not None and red.host3 is not None:
-            from ..kernels.reduce import _UFUNCS
+            from ..kernels.reduce import UFUNCS
 
-            uf = _UFUNCS.get(red.name)
+            uf = UFUNCS.get(red.name)
         self.uf = uf
         self.npdt = red.dtype if uf is not None else None
         self.host = red.host if red is not None else None
@@ -765,7 +765,7 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     key = ("allreduce", rank, size, n, dt._rec, op._h, inplace)
     p = _PLANS.get(key)
     if p is None:
-        if n > MAX_BYTES or op._rec is not None or op._h == _NULL_H or not op._commute:
+        if n > MAX_BYTES or op._rec is not None or op._h == OP_NULL_HANDLE or not op._commute:
             return False
         try:
             p = _keep(key, _allreduce_plan(rank, size, n, dt, op, inplace))
@@ -831,7 +831,7 @@ def reduce(comm, sendbuf, recvbuf, op, root) -> bool:
     key = ("reduce", rank, size, n, dt._rec, op._h, root, inplace)
     p = _PLANS.get(key)
     if p is None:
-        if n > MAX_BYTES or op._rec is not None or op._h == _NULL_H or not op._commute:
+        if n > MAX_BYTES or op._rec is not None or op._h == OP_NULL_HANDLE or not op._commute:
             return False
         try:
             p = _keep(key, _reduce_plan(rank, size, n, dt, op, root, inplace))

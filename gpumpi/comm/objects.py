@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 
 
-from .._buffers import _is_integral
+from .._buffers import is_integral
 from .. import _objects
 from .. import _p2p
 from .. import _pickle
@@ -66,7 +66,7 @@ class Objects:
     def _obuf(buf, call: str):
         """Turn recv/irecv's buffer argument into a buffer, as mpi4py does: an int (that many
         bytes are allocated) or a writable buffer; the message must fit (else ERR_TRUNCATE)."""
-        if _is_integral(buf):
+        if is_integral(buf):
             n = buf.__index__()
             if n < 0:
                 raise ValueError(f"{call}: negative buffer size ({n})")

@@ -66,7 +66,7 @@ from ..constants import (
 )
 from ..errors import ERR_COMM, ERR_COUNT, ERR_OTHER, ERR_TYPE, error
 
-__all__ = ["Datatype", "DATATYPE_NULL", "install_memory_ops", "typecode", "typealign"]
+__all__ = ["Datatype", "DATATYPE_NULL", "install_memory_ops", "typecode", "typealign", "PREDEFINED"]
 
 #: MPICH's MPI_DATATYPE_NULL handle.
 NULL_HANDLE = 0x0C000000
@@ -100,7 +100,8 @@ PREDEFINED_COMBINERS = frozenset(
 F90_TYPES = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
 
 # handle -> Datatype, for fromhandle/fromint/f2py: predefined strongly, derived weakly
-_PREDEFINED: dict[int, "Datatype"] = {}
+PREDEFINED: dict[int, "Datatype"] = {}
+#: handle -> the predefined Datatype (module constant) of that handle (read-only outside this module)
 _DERIVED: "weakref.WeakValueDictionary[int, Datatype]" = weakref.WeakValueDictionary()
 
 # memory operations installed by datatypes.plan (L2): name -> callable
@@ -250,7 +251,7 @@ class Datatype:
         self._npspec = npspec
         self._npd = None
         if combiner == COMBINER_NAMED or size is None:
-            _PREDEFINED[handle] = self
+            PREDEFINED[handle] = self
         else:
             _DERIVED[handle] = self
             if combiner not in PREDEFINED_COMBINERS:
@@ -309,7 +310,7 @@ class Datatype:
 
     def __reduce__(self):
         if self._combiner == COMBINER_NAMED or self._size is None:
-            const = _PREDEFINED.get(self._handle)
+            const = PREDEFINED.get(self._handle)
             if const is self or const is None:
                 return (Datatype.fromhandle, (self._handle,))
             return (type(self), (const,))
@@ -327,7 +328,7 @@ class Datatype:
         h = operator.index(handle)
         if h > 0x7FFFFFFF:
             h -= 1 << 64 if h > 0xFFFFFFFF else 1 << 32
-        dt = _PREDEFINED.get(h)
+        dt = PREDEFINED.get(h)
         if dt is not None:
             return dt
         dt = _DERIVED.get(h)
@@ -606,7 +607,7 @@ class Datatype:
         if self._size is None or self._rec.freed:
             return
         if self._combiner in PREDEFINED_COMBINERS:
-            if _PREDEFINED.get(self._handle) is not self:
+            if PREDEFINED.get(self._handle) is not self:
                 self._nullify()
             return
         self.Free()

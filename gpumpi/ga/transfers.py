@@ -18,7 +18,7 @@ targets are doing (each array's window is in a shared passive-target epoch for i
   word per member in a small side window, compare-and-swap, holder rank + 1, so a dead holder
   is noticed: :func:`gpumpi.ga.synchronization.take_lock_word`) and adds in place with NumPy at
   memory bandwidth -- GA's own (ARMCI) way; else it is ``Win.Accumulate(SUM)``, element-wise
-  atomic (device atomics, or the window's own lock, see :mod:`gpumpi._rma`).  The members
+  atomic (device atomics, or the window's own lock, see :mod:`gpumpi.rma.local`).  The members
   agree on the way at ``allocate``, so every accumulate to one array goes the same way.
   Accumulates are *not* atomic with respect to concurrent puts and gets of the same elements,
   nor to ``read_inc`` of the same element (GA's rules);

@@ -82,7 +82,8 @@ from ..datatypes import predefined as _pd
 from ..datatypes._core import F90_TYPES, Datatype
 from ..errors import ERR_OP, error
 
-__all__ = ["Reducer", "Elementwise", "resolve", "OP_NAMES", "SIM_KERNEL_MAX", "device_reduce", "sim_reduce"]
+__all__ = ["Reducer", "Elementwise", "resolve", "OP_NAMES", "SIM_KERNEL_MAX", "device_reduce", "sim_reduce",
+           "named_basic"]
 
 #: the predefined operation names, in MPICH handle order
 OP_NAMES = ("MAX", "MIN", "SUM", "PROD", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MINLOC", "MAXLOC",
@@ -132,11 +133,13 @@ for _g, _names in _GROUPS.items():
 del _g, _names, _n, _t
 
 
-def _named_basic(basic: Datatype) -> Datatype:
+def named_basic(basic: Datatype) -> Datatype:
     """The predefined type behind a basic type (an f90 type stands for the type it matched)."""
     while basic._combiner in F90_TYPES:
         basic = basic._base
     return basic
+
+
 
 
 def _tname(datatype: Datatype) -> str:
@@ -145,7 +148,7 @@ def _tname(datatype: Datatype) -> str:
 
 # -- host kernels ----------------------------------------------------------------------------------
 
-_UFUNCS = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum,
+UFUNCS = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum,
            "LAND": np.logical_and, "LOR": np.logical_or, "LXOR": np.logical_xor,
            "BAND": np.bitwise_and, "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
 
@@ -242,7 +245,7 @@ def _resolve(name: str, datatype: Datatype, call: str) -> Reducer:
     if basic is None:
         raise error(ERR_OP, f"{call}: MPI_{name} is not defined for a datatype of mixed basic types "
                             f"({_tname(datatype)})")
-    named = _named_basic(basic)
+    named = named_basic(basic)
     group = _GROUP_OF.get(named._handle)
     if group not in _DEFINED[name]:
         what = _tname(named) if named is datatype else f"{_tname(datatype)}, of {_tname(named)}"
@@ -256,7 +259,7 @@ def _resolve(name: str, datatype: Datatype, call: str) -> Reducer:
         vdt = named._pair[0].np
         return Reducer(name, named._size, per, None, vdt, _host_loc(vdt, name == "MAXLOC"))
     dt = np.dtype(_NP_OVERRIDE.get(tname) or named.np)
-    return Reducer(name, dt.itemsize, per, dt, None, _host_ufunc(_UFUNCS[name], dt), _host_ufunc3(_UFUNCS[name], dt))
+    return Reducer(name, dt.itemsize, per, dt, None, _host_ufunc(UFUNCS[name], dt), _host_ufunc3(UFUNCS[name], dt))
 
 
 # -- device kernels (plain Python; compiled by _device, run by numba's simulator for 'sim') --------------

@@ -20,7 +20,7 @@ from benchtools import MPIEXEC, needs_launcher, needs_mpiexec, run, run_bench
 from gpumpi import bench, cli
 from gpumpi.bench import rma
 from gpumpi.testing import run_ranks
-from gpumpi.win import Win
+from gpumpi.rma import Win
 
 #: Marks a run of gpumpi's own windows: skipped while ``Win.Allocate`` is the not-supported placeholder.
 needs_gpumpi_win = pytest.mark.skipif(Win.Allocate.__module__ == "gpumpi._nullobj", reason="gpumpi has no Win yet")

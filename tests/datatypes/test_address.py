@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpumpi.datatypes.plan as plan
-from gpumpi._arrays import _raw_mem
+from gpumpi._arrays import raw_mem
 from gpumpi.constants import BOTTOM
 from gpumpi.datatypes import DOUBLE, INT, SHORT, Aint_add, Aint_diff, Datatype, Get_address, flatten
 
@@ -54,7 +54,7 @@ def _absolute_mem(arrays):
     """A memoryview over address space from the lowest to the highest byte the arrays use."""
     lo = min(Get_address(a) for a in arrays)
     hi = max(Get_address(a) + a.nbytes for a in arrays)
-    return _raw_mem(lo, hi - lo, False, arrays), lo
+    return raw_mem(lo, hi - lo, False, arrays), lo
 
 
 def test_struct_of_separate_arrays_from_bottom():

@@ -510,7 +510,7 @@ def test_hierarchical_collectives_cross_nodes_only_between_leaders():
     assert [sent[i] for i in (1, 2, 4, 5)] == [0, 0, 0, 0], sent
 
 
-# --- windows and Global Arrays over ranks of several nodes (MPI RMA, gpumpi._rmampi) -------------
+# --- windows and Global Arrays over ranks of several nodes (MPI RMA, gpumpi.rma.mpi) -------------
 def _windows_across_nodes(flavor):
     from gpumpi import MPI
 
@@ -847,15 +847,16 @@ def test_the_mpi_librarys_error_classes_are_taken_by_name():
     numbers (MPICH's) whatever the library's: Open MPI 5.0.11's values, as its mpi4py has them."""
     from types import SimpleNamespace
 
-    from gpumpi import _rmampi, errors
+    from gpumpi import errors
+    from gpumpi.rma import mpi as rma_mpi
 
     ompi = SimpleNamespace(SUCCESS=0, ERR_GROUP=9, ERR_TRUNCATE=15, ERR_ARG=13, ERR_OTHER=16, ERR_RMA_RANGE=68,
                            ERR_RMA_ATTACH=69, ERR_WIN=53, ERR_ASSERT=22, ERR_RANK=6)
-    got = {name: _rmampi.library_class(ompi, value) for name, value in vars(ompi).items()}
+    got = {name: rma_mpi.library_class(ompi, value) for name, value in vars(ompi).items()}
     assert got == {"SUCCESS": errors.ERR_OTHER, "ERR_GROUP": 8, "ERR_TRUNCATE": 14, "ERR_ARG": 12, "ERR_OTHER": 15,
                    "ERR_RMA_RANGE": 55, "ERR_RMA_ATTACH": 56, "ERR_WIN": 45, "ERR_ASSERT": 53, "ERR_RANK": 6}
-    assert _rmampi.library_class(ompi, 1234) == errors.ERR_OTHER  # a class gpumpi does not name
-    w = _rmampi.Window.__new__(_rmampi.Window)
+    assert rma_mpi.library_class(ompi, 1234) == errors.ERR_OTHER  # a class gpumpi does not name
+    w = rma_mpi.Window.__new__(rma_mpi.Window)
     w.M = ompi
 
     class Failed(Exception):

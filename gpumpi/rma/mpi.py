@@ -1,11 +1,11 @@
-"""One-sided communication across nodes: windows carried by the MPI library's RMA (L5).
+"""The window runtime across nodes: windows carried by the MPI library's RMA (L5).
 
 Theory of operation
 ===================
 A window whose communicator has members on several nodes (a job an MPI launcher started,
 DESIGN section 14) cannot reach its members' memory through the node's shared memory, so
 :class:`Window` here -- the runtime ``MPI.Win`` picks for such a communicator, with
-:class:`gpumpi._rma.Window`'s interface -- hands every operation to the MPI library through
+:class:`gpumpi.rma.local.Window`'s interface -- hands every operation to the MPI library through
 mpi4py, on an MPI communicator of the same members in the same order (``Create_group`` of
 gpumpi's private duplicate of ``COMM_WORLD``).
 
@@ -17,7 +17,7 @@ element-wise atomic only among updates made by one agent, and the CPU's atomic i
 on mapped memory are not atomic with respect to the MPI library's accumulates.
 
 Two MPI windows per gpumpi window, each in one ``Lock_all(MODE_NOCHECK)`` epoch for its whole
-life (MPI's own epochs are not used: gpumpi checks the epochs itself, :mod:`gpumpi._rmasync`,
+life (MPI's own epochs are not used: gpumpi checks the epochs itself, :mod:`gpumpi.rma.epochs`,
 and gives its errors before MPI sees a call):
 
 * the *data* window: the exposed memory (``Win_create`` on it, ``Win_create_dynamic`` and
@@ -25,11 +25,11 @@ and gives its errors before MPI sees a call):
   the member's ``disp_unit`` itself, so a target datatype's byte offsets are exact;
 * the *control* window (``Win_allocate``), per member ``_WORDS`` int64 words: the window
   lock, the accumulate lock, and the attach table of a dynamic window (sequence number, entry
-  count, address/length pairs), the layout of :mod:`gpumpi._rma`'s control block, reached by
+  count, address/length pairs), the layout of :mod:`gpumpi.rma.local`'s control block, reached by
   MPI's ``Compare_and_swap``/``Fetch_and_op``/``Get`` instead of the CPU's instructions.
 
 Operations complete at the origin when they return (``Win_flush_local`` after each), as
-:mod:`gpumpi._rma`'s do; completion at the target comes at the synchronization that MPI names
+:mod:`gpumpi.rma.local`'s do; completion at the target comes at the synchronization that MPI names
 for it:
 
 * ``Lock``/``Lock_all``: the lock word, exclusive ``EXCL | (holder + 1)`` or the count of shared
@@ -63,17 +63,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _rma
-from . import _runtime as _rt
-from ._rmasync import Epochs
-from .constants import LOCK_EXCLUSIVE, MODE_NOCHECK
-from .errors import ERR_OTHER, ERR_RMA_ATTACH, ERR_UNSUPPORTED_OPERATION, error
+from .. import _services
+from ..constants import LOCK_EXCLUSIVE, MODE_NOCHECK
+from ..errors import ERR_OTHER, ERR_RMA_ATTACH, ERR_UNSUPPORTED_OPERATION, error
+from .epochs import Epochs
+from .local import ATTACH_MAX, EXCL, Region, byte_runs, elements
+from .local import Window as LocalWindow
 
-__all__ = ["Window"]
+__all__ = ["Window", "library_class"]
 
 _U8 = np.dtype(np.uint8)
-EXCL = _rma.EXCL
-ATTACH_MAX = _rma.ATTACH_MAX
 _LOCK, _ACC, _SEQ, _NATT, _TAB = 0, 1, 2, 3, 4
 _WORDS = _TAB + 2 * ATTACH_MAX
 #: tags of the active target handshakes on the window's private communicator
@@ -91,7 +90,7 @@ def library_class(M, cls: int) -> int:
     ``ERR_OTHER`` for a class gpumpi does not name."""
     table = _CLASSES.get(id(M))
     if table is None:
-        from . import errors
+        from .. import errors
 
         table = {}
         for name in dir(errors):
@@ -105,7 +104,7 @@ def library_class(M, cls: int) -> int:
     return table.get(cls, ERR_OTHER)
 
 
-class Window(_rma.Window):
+class Window(LocalWindow):
     """A window over members of several nodes, carried by MPI RMA (see the module notes)."""
 
     far = True
@@ -137,19 +136,16 @@ class Window(_rma.Window):
 
     # -- creation ----------------------------------------------------------------------------
     def setup(self, local: tuple, call: str) -> None:
-        """Exchange the members' descriptions (``_rma.Window.setup``'s ``local``), then make the
+        """Exchange the members' descriptions (:meth:`gpumpi.rma.local.Window.setup`'s ``local``), then make the
         MPI communicator and the two MPI windows."""
-        from .ipc import mpi as _mpi
-
-        world = _rt.ENGINE.world
-        M, wcomm = world.mpi
+        M, wcomm = _services.mpi_world()
         self.M = M
         # Open MPI 5.0's osc/rdma leaves the target unchanged for LAND, LOR and LXOR of integers
         # wider than a byte (Accumulate, Get_accumulate, Fetch_and_op; 5.0.11 from pip): those
         # go by compare-and-swap there (_logical_by_cas)
         self.logical_by_cas = M.Get_library_version().startswith("Open MPI")
         descs = self.comm.allgather(local)
-        aware = _mpi.cuda_aware(M, world.cfg.mpi_cuda)
+        aware = _services.mpi_cuda_aware()
         dev = [r for r, d in enumerate(descs) if d[0] == "dev"]
         if dev and not aware:
             raise error(ERR_UNSUPPORTED_OPERATION,
@@ -157,7 +153,7 @@ class Window(_rma.Window):
                         f"MPI library does not take device pointers (MPIX_Query_cuda_support; GPUMPI_MPI_CUDA=1 "
                         f"says it does); expose host memory, or create it over the ranks of one node")
         for r, (kind, size, unit, _extra) in enumerate(descs):
-            g = _rma.Region()
+            g = Region()
             g.rank, g.wrank, g.pid = r, self.rw[r], 0
             g.size, g.unit = size, unit
             g.mode, g.base, g.atomic, g.ad, g.ctl = "mpi", 0, False, None, None
@@ -208,7 +204,7 @@ class Window(_rma.Window):
             if self.mc is not None:
                 self.mc.Free()
         self.dw = self.cw = self.mc = None
-        from . import _memfd
+        from .. import _memfd
 
         for addr, length in self.maps:
             _memfd.unmap(addr, length)
@@ -242,7 +238,7 @@ class Window(_rma.Window):
 
     def _wait_for(self, pred) -> None:
         if not pred():
-            _rt.ENGINE.wait_until(pred)
+            _services.wait_until(pred)
 
     # -- locks -------------------------------------------------------------------------------
     def _acquire(self, target: int, exclusive: bool, call: str) -> None:
@@ -323,14 +319,14 @@ class Window(_rma.Window):
         self.epochs.start(targets, call)
         self.pending_post = set() if assertion & MODE_NOCHECK else set(targets)
 
-    def _await_post(self, t: int, call: str) -> None:
+    def await_post(self, t: int, call: str) -> None:
         self.comm.Recv(self._tok, t, _POST)
         self.pending_post.discard(t)
 
     def complete(self, call: str) -> None:
         if self.epochs.access == "start":
             for t in sorted(self.pending_post):
-                self._await_post(t, call)
+                self.await_post(t, call)
         targets = self.epochs.complete(call)
         try:
             self.dw.Flush_all()
@@ -429,11 +425,11 @@ class Window(_rma.Window):
         if plan.kind == "contig":
             return addr + plan.lo, nbytes // unit, T, None
         if unit == 1:
-            offs, lens = _rma._runs(plan, nbytes)
+            offs, lens = byte_runs(plan, nbytes)
             lo = int(offs.min())
             D = T.Create_hindexed(lens.tolist(), (offs - lo).tolist()).Commit()
         else:
-            offs = _rma._elements(plan, nbytes, unit)
+            offs = elements(plan, nbytes, unit)
             lo = int(offs.min())
             D = T.Create_hindexed_block(1, (offs - lo).tolist()).Commit()
         return addr + lo, 1, D, D
@@ -484,7 +480,7 @@ class Window(_rma.Window):
         unit = dtype.itemsize
         vals = np.ascontiguousarray(packed[:n])
         if self.logical_by_cas and unit > 1 and op_name in _LOGICAL:
-            return self._logical_by_cas(g, addr, _rma._elements(plan, n, unit), T, vals.view(dtype), op_name, fetch,
+            return self._logical_by_cas(g, addr, elements(plan, n, unit), T, vals.view(dtype), op_name, fetch,
                                         call)
         k = n // unit
         op = getattr(M, op_name)

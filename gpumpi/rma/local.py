@@ -1,4 +1,4 @@
-"""One-sided communication: the window runtime behind ``MPI.Win`` (L5).
+"""The one-node window runtime behind ``MPI.Win``: every member's memory reached without its owner (L5).
 
 Theory of operation
 ===================
@@ -51,19 +51,23 @@ The control block (a memfd per member, mapped by all; 64-bit words):
 * ``shared[r]``; the attach table (address, length pairs).
 
 Locks record their holders, so a waiter sees a dead holder (the engine's failed
-set) and fails with ``ERR_PROC_FAILED`` instead of waiting forever.  Every wait
-progresses the engine (a rank blocked on a lock still serves point-to-point
-traffic) with the engine's backoff.
+set, :func:`gpumpi._services.failed_ranks`) and fails with ``ERR_PROC_FAILED`` instead of
+waiting forever.  Every wait progresses the engine (a rank blocked on a lock still serves
+point-to-point traffic) with the engine's backoff (:func:`gpumpi._services.wait_until`);
+the runtime is reached only through :mod:`gpumpi._services`.
 
-Synchronization calls are checked by :class:`gpumpi._rmasync.Epochs` before they
+Synchronization calls are checked by :class:`gpumpi.rma.epochs.Epochs` before they
 act.  After every change of the lock epochs, :attr:`Window.near` lists the targets that
-the open passive target epoch includes and whose memory is mapped here (``Region.atomic``):
-``Win``'s near path serves those without asking the epochs again.  ``Fence`` is a
-barrier on the window's private communicator (operations
-are complete when issued, so a fence only orders); ``Post``/``Complete`` bump the
-peer's counter, ``Start`` and ``Wait`` wait for them (``Start`` lazily, at the
-first operation to a target or at ``Complete``); ``Flush*`` and ``Sync`` are
-memory barriers (and a device synchronization for device windows).
+the open passive target epoch includes and whose memory is mapped here
+(``Region.atomic``): ``Win``'s near path (:mod:`gpumpi.rma.near`) serves those without
+asking the epochs again.  ``Fence`` is a barrier on the window's private communicator
+(operations are complete when issued, so a fence only orders); ``Post``/``Complete``
+bump the peer's counter, ``Start`` and ``Wait`` wait for them (``Start`` lazily, at the
+first operation to a target or at ``Complete``); ``Flush*`` and ``Sync`` are memory
+barriers (and a device synchronization for device windows).
+
+The origin's side of an operation (its bytes packed, its types checked) is
+:mod:`gpumpi.rma.origin`; this module moves packed bytes to and from the target.
 """
 
 from __future__ import annotations
@@ -72,15 +76,14 @@ import os
 
 import numpy as np
 
-from . import _memfd
-from . import _runtime as _rt
-from ._arrays import _PEEK
-from ._rmasync import Epochs
-from .constants import LOCK_EXCLUSIVE, MODE_NOCHECK
-from .datatypes.plan import plan_for
-from .errors import (ERR_ARG, ERR_OP, ERR_PROC_FAILED, ERR_RMA_ATTACH, ERR_RMA_RANGE, ERR_TYPE, error)
+from .. import _memfd, _services
+from .._arrays import PEEK_OK
+from ..constants import LOCK_EXCLUSIVE, MODE_NOCHECK
+from ..datatypes.plan import plan_for
+from ..errors import ERR_ARG, ERR_PROC_FAILED, ERR_RMA_ATTACH, ERR_RMA_RANGE, error
+from .epochs import Epochs
 
-__all__ = ["Window", "Region"]
+__all__ = ["Window", "Region", "EXCL", "ATTACH_MAX", "atomics", "elements", "byte_runs"]
 
 _U8 = np.dtype(np.uint8)
 EXCL = 1 << 62
@@ -91,14 +94,14 @@ _LOCK, _ACC, _SEQ, _NATT, _HDR = 0, 1, 2, 3, 8
 _ATOMICS: list = []
 
 
-def _atomics():
+def atomics():
     """:mod:`gpumpi.kernels.atomics`, imported on first use (it compiles with numba)."""
     if _ATOMICS:
         return _ATOMICS[0]
-    from .kernels import atomics
+    from ..kernels import atomics as A
 
-    _ATOMICS.append(atomics)
-    return atomics
+    _ATOMICS.append(A)
+    return A
 
 
 def _raw_array(addr: int, nbytes: int) -> np.ndarray:
@@ -120,7 +123,7 @@ class Region:
                 f"{' atomic' if self.atomic else ''}>")
 
 
-def _elements(plan, nbytes: int, unit: int) -> np.ndarray:
+def elements(plan, nbytes: int, unit: int) -> np.ndarray:
     """The int64 byte offsets, from the type origin, of the elements of ``unit`` bytes that a
     plan's first ``nbytes`` packed bytes hold, in packed order."""
     if plan.kind == "contig":
@@ -128,7 +131,7 @@ def _elements(plan, nbytes: int, unit: int) -> np.ndarray:
     return plan.byte_index(nbytes)[::unit].astype(np.int64) + plan.lo
 
 
-def _runs(plan, nbytes: int):
+def byte_runs(plan, nbytes: int):
     """``(offsets, lengths)`` int64 arrays of the contiguous byte runs of a plan's first ``nbytes``
     packed bytes, offsets from the type origin, in packed order."""
     if plan.kind == "contig":
@@ -145,7 +148,7 @@ def _runs(plan, nbytes: int):
 class Window:
     """The runtime state of one window in this process: regions, control blocks, epochs."""
 
-    far = False  # a window over members of one node (gpumpi._rmampi.Window: several)
+    far = False  # a window over members of one node (gpumpi.rma.mpi.Window: several)
 
     def __init__(self, comm, flavor: int) -> None:
         self.comm = comm  # the window's private communicator (a Dup of the user's)
@@ -179,7 +182,7 @@ class Window:
         near = self.near
         near.clear()
         a = self.epochs.access
-        if self.freed or a not in ("lock", "lock_all") or not _PEEK:
+        if self.freed or a not in ("lock", "lock_all") or not PEEK_OK:
             return
         for r in (range(self.size_n) if a == "lock_all" else self.epochs.locks):
             g = self.regions[r]
@@ -235,7 +238,7 @@ class Window:
                     g.base = extra if kind == "cma" else 0
                 else:  # device memory
                     adkind, handle, off, addr = extra
-                    from . import _device
+                    from .. import _device
 
                     ad = _device.adapter_for(adkind)
                     if r == self.me:
@@ -284,20 +287,20 @@ class Window:
     # -- waiting -----------------------------------------------------------------------------
     def _wait(self, pred, what: str, ranks, call: str) -> None:
         """Progress the engine until ``pred()``; fail when one of ``ranks()`` (window ranks) died."""
-        eng = _rt.ENGINE
         if pred():
             return
 
         def done() -> bool:
             if pred():
                 return True
-            if eng.failed:
-                dead = [r for r in ranks() if self.rw[r] in eng.failed]
+            failed = _services.failed_ranks()
+            if failed:
+                dead = [r for r in ranks() if self.rw[r] in failed]
                 if dead:
                     raise error(ERR_PROC_FAILED, f"{call}: {what}: the process holding it failed (rank {dead[0]})")
             return False
 
-        eng.wait_until(done)
+        _services.wait_until(done)
 
     # -- locks -------------------------------------------------------------------------------
     def lock(self, target: int, lock_type: int, assertion: int, call: str) -> None:
@@ -314,7 +317,7 @@ class Window:
         self._admit()
 
     def _acquire(self, target: int, exclusive: bool, call: str) -> None:
-        A = _atomics()
+        A = atomics()
         g = self.regions[target]
         word = g.ctl + 8 * _LOCK
         me = self.me
@@ -340,14 +343,14 @@ class Window:
             raise
 
     def _holders(self, g: Region) -> list:
-        A = _atomics()
+        A = atomics()
         w = A.load64(g.ctl + 8 * _LOCK)
         if w & EXCL:
             return [(w & 0xFFFFFFFF) - 1]
         return [r for r in range(self.size_n) if r != self.me and A.load64(self._shared_flag(g.ctl, r))]
 
     def _release(self, target: int, exclusive: bool) -> None:
-        A = _atomics()
+        A = atomics()
         g = self.regions[target]
         A.fence()
         if exclusive:
@@ -362,7 +365,7 @@ class Window:
         self._sync_device()
         if target in self.nocheck_locks:
             self.nocheck_locks.discard(target)
-            _atomics().fence()
+            atomics().fence()
             return
         self._release(target, kind == LOCK_EXCLUSIVE)
 
@@ -390,14 +393,14 @@ class Window:
         self._sync_device()
         if -1 in self.nocheck_locks:
             self.nocheck_locks.discard(-1)
-            _atomics().fence()
+            atomics().fence()
             return
         for t in range(self.size_n):
             self._release(t, False)
 
     def _acc_lock(self, g: Region, call: str) -> None:
         """Take ``g``'s accumulate lock (held while an origin reads, reduces and writes)."""
-        A = _atomics()
+        A = atomics()
         word = g.ctl + 8 * _ACC
         me = self.me + 1
         if A.cas64(word, 0, me) != 0:
@@ -405,7 +408,7 @@ class Window:
                        lambda: [A.load64(word) - 1], call)
 
     def _acc_unlock(self, g: Region) -> None:
-        A = _atomics()
+        A = atomics()
         A.fence()
         A.store64(g.ctl + 8 * _ACC, 0)
 
@@ -413,13 +416,13 @@ class Window:
     def fence(self, assertion: int, call: str) -> None:
         self.epochs.fence(assertion, call)
         self._sync_device()
-        _atomics().fence()
+        atomics().fence()
         self.comm.Barrier()
 
     def post(self, origins, assertion: int, call: str) -> None:
         self.epochs.post(origins, call)
         self._sync_device()
-        A = _atomics()
+        A = atomics()
         A.fence()
         if not assertion & MODE_NOCHECK:
             for o in origins:
@@ -429,8 +432,8 @@ class Window:
         self.epochs.start(targets, call)
         self.pending_post = set() if assertion & MODE_NOCHECK else set(targets)
 
-    def _await_post(self, t: int, call: str) -> None:
-        A = _atomics()
+    def await_post(self, t: int, call: str) -> None:
+        A = atomics()
         word = self._posted(self.ctl, t)
         self._wait(lambda: A.load64(word) > self.consumed_post[t], f"Post from rank {t}", lambda: [t], call)
         self.consumed_post[t] += 1
@@ -440,30 +443,29 @@ class Window:
         targets = self.epochs.start_group if self.epochs.access == "start" else None
         if targets is not None:
             for t in sorted(self.pending_post):
-                self._await_post(t, call)
+                self.await_post(t, call)
         targets = self.epochs.complete(call)
         self._sync_device()
-        A = _atomics()
+        A = atomics()
         A.fence()
         for t in targets:
             A.add64(self._completed(self.regions[t].ctl, self.me), 1)
 
     def _completions_in(self) -> bool:
-        A = _atomics()
+        A = atomics()
         return all(A.load64(self._completed(self.ctl, o)) > self.consumed_complete[o]
                    for o in self.epochs.post_group)
 
     def wait(self, call: str) -> None:
         group = self.epochs.check_wait(call)
         self._wait(self._completions_in, "Complete from the origins",
-                   lambda: [o for o in group if _atomics().load64(self._completed(self.ctl, o))
+                   lambda: [o for o in group if atomics().load64(self._completed(self.ctl, o))
                             <= self.consumed_complete[o]], call)
         self._consume_completions(group)
 
     def test(self, call: str) -> bool:
         group = self.epochs.check_wait(call)
-        with _rt.ENGINE.lock:
-            _rt.ENGINE.progress()
+        _services.poll()
         if not self._completions_in():
             return False
         self._consume_completions(group)
@@ -473,17 +475,17 @@ class Window:
         for o in group:
             self.consumed_complete[o] += 1
         self.epochs.waited()
-        _atomics().fence()
+        atomics().fence()
 
     # -- passive target completion -------------------------------------------------------------
     def flush(self, target: int | None, call: str) -> None:
         self.epochs.flush(target, call)
         self._sync_device()
-        _atomics().fence()
+        atomics().fence()
 
     def sync(self) -> None:
         self._sync_device()
-        _atomics().fence()
+        atomics().fence()
 
     def _sync_device(self) -> None:
         s = self.device_stream
@@ -498,7 +500,7 @@ class Window:
             d = self.device_stream = {}
         e = d.get(ad.name)
         if e is None:
-            e = d[ad.name] = (ad, _rt.ENGINE.copy_stream(ad))
+            e = d[ad.name] = (ad, _services.copy_stream(ad))
         return e
 
     # -- dynamic windows -----------------------------------------------------------------------
@@ -524,7 +526,7 @@ class Window:
         raise error(ERR_RMA_ATTACH, f"{call}: memory is not attached to this window ({addr:#x})")
 
     def _publish_attached(self) -> None:
-        A = _atomics()
+        A = atomics()
         seq = self.ctl + 8 * _SEQ
         A.add64(seq, 1)  # odd: changing
         tab = _raw_array(self._attach_table(self.ctl), 16 * ATTACH_MAX).view(np.int64)
@@ -534,7 +536,7 @@ class Window:
         A.add64(seq, 1)
 
     def _attached_of(self, g: Region) -> list:
-        A = _atomics()
+        A = atomics()
         seq = g.ctl + 8 * _SEQ
         tab = _raw_array(self._attach_table(g.ctl), 16 * ATTACH_MAX).view(np.int64)
         while True:
@@ -577,9 +579,9 @@ class Window:
             return
         packed = np.ascontiguousarray(packed)
         src = packed.ctypes.data
-        offs, lens = _runs(plan, n)
+        offs, lens = byte_runs(plan, n)
         if g.mode == "cma":
-            from .ipc import cma
+            from ..ipc import cma
 
             pos = 0
             for o, ln in zip(offs.tolist(), lens.tolist()):
@@ -603,10 +605,10 @@ class Window:
         if g.mode == "direct":
             plan.pack_into(_raw_array(addr + plan.lo, plan.hi - plan.lo), plan.lo, out)
             return out
-        offs, lens = _runs(plan, n)
+        offs, lens = byte_runs(plan, n)
         dst = out.ctypes.data
         if g.mode == "cma":
-            from .ipc import cma
+            from ..ipc import cma
 
             segs = [(addr + o, ln) for o, ln in zip(offs.tolist(), lens.tolist())]
             e = cma.read(g.pid, segs, dst, n)
@@ -622,7 +624,7 @@ class Window:
         return out
 
     def _cma_error(self, g: Region, errno: int, call: str) -> None:
-        from .ipc import cma
+        from ..ipc import cma
 
         if errno == 3 or cma.process_gone(g.pid):  # ESRCH
             raise error(ERR_PROC_FAILED, f"{call}: the target process failed (rank {g.rank})")
@@ -637,10 +639,10 @@ class Window:
         n = plan.nbytes
         if not n:
             return np.empty(0, _U8) if fetch else None
-        A = _atomics()
+        A = atomics()
         if (g.atomic or g.mode == "device") and dtype is not None and A.supported(op_name, dtype):
             unit = dtype.itemsize
-            offs = _elements(plan, n, unit)
+            offs = elements(plan, n, unit)
             vals = np.ascontiguousarray(packed[:n]).view(dtype)
             if g.mode != "device" and ((addr + plan.lo) % unit if plan.kind == "contig" else True):
                 mis = ((addr + offs) % unit) != 0  # contiguous: all or none, by the first
@@ -672,7 +674,7 @@ class Window:
         multiple of their size (MPI sets no alignment rule; an atomic instruction needs one): those
         are read, reduced and written one by one under the target's accumulate lock, the others
         still take their instruction, so every origin of one element and type takes one path."""
-        A = _atomics()
+        A = atomics()
         dtype = vals.dtype
         unit = dtype.itemsize
         old = np.empty(len(vals), dtype) if fetch else None
@@ -707,7 +709,7 @@ class Window:
             f_dev = v_dev + n * dtype.itemsize if old is not None else None
             ad.memcpy(o_dev, offs.ctypes.data, n * 8, s)
             ad.memcpy(v_dev, vals.ctypes.data, n * dtype.itemsize, s)
-            _atomics().device_accumulate(ad, addr, o_dev, v_dev, n, op_name, dtype, f_dev, s)
+            atomics().device_accumulate(ad, addr, o_dev, v_dev, n, op_name, dtype, f_dev, s)
             if old is not None:
                 ad.memcpy(old.ctypes.data, f_dev, n * dtype.itemsize, s)
             ad.stream_synchronize(s)
@@ -715,7 +717,7 @@ class Window:
             ad.free(tmp)
 
     def compare_and_swap(self, g: Region, addr: int, dtype, origin: np.ndarray, compare: np.ndarray, call: str):
-        A = _atomics()
+        A = atomics()
         if g.mode == "device":
             ad, s = self._stream(g.ad)
             return np.frombuffer(A.device_compare_and_swap(ad, addr, compare.tobytes(), origin.tobytes(), dtype, s),
@@ -745,131 +747,7 @@ def _byte_type(n: int):
     """A committed type of ``n`` bytes (cached)."""
     t = _BYTES.get(n)
     if t is None:
-        from .datatypes.predefined import BYTE
+        from ..datatypes.predefined import BYTE
 
         t = _BYTES[n] = BYTE.Create_contiguous(n).Commit() if n != 1 else BYTE
     return t
-
-
-def _sim_sync() -> None:
-    from . import _device
-
-    _device.adapter_for("sim").synchronize()
-
-
-# --- the origin's side of an operation -------------------------------------------------------------
-
-def check_signatures(a, b, call: str, what: str = "origin") -> None:
-    """``ERR_TYPE`` when two datatypes of one basic type each are made of different basic types
-    (``DOUBLE`` against ``INT64_T``: the same size, another signature); 1-byte types match anything,
-    as in point-to-point, and ``GPUMPI_TYPECHECK=0`` turns the check off."""
-    ab, bb = a._basic, b._basic
-    if ab is None or bb is None or ab is bb or ab._size == 1 or bb._size == 1 or not _rt.ENGINE.typecheck:
-        return
-    from .kernels.reduce import _named_basic
-
-    if _named_basic(ab) is not _named_basic(bb):
-        raise error(ERR_TYPE, f"{call}: {what} and target datatypes are made of different basic types "
-                              f"({ab!r} and {bb!r})")
-
-
-def origin_packed(msg) -> np.ndarray:
-    """The origin message's bytes, packed, as a host ``uint8`` array (no copy for a contiguous
-    host message)."""
-    n = msg.nbytes
-    if not n:
-        return np.empty(0, _U8)
-    kind = msg.kind
-    if kind == "device":
-        from . import _device
-
-        ad = _device.adapter_for("device")
-        span = np.empty(msg.span, _U8)
-        ad.stream_synchronize(ad.current_stream())
-        ad.memcpy(span.ctypes.data, msg.addr + msg.lo, msg.span)
-        ad.synchronize()
-        if msg.contiguous:
-            return span[:n]
-        return _pack(memoryview(span), msg)
-    if kind == "sim":
-        _sim_sync()
-    if msg.contiguous:
-        return np.frombuffer(msg.mem, _U8, n)
-    return _pack(msg.mem, msg)
-
-
-def _pack(mem, msg) -> np.ndarray:
-    out = np.empty(msg.nbytes, _U8)
-    plan_for(msg.datatype, msg.count).pack_into(mem, msg.lo, out)
-    return out
-
-
-def origin_unpack(msg, packed: np.ndarray, nbytes: int) -> None:
-    """Scatter ``nbytes`` packed bytes into the origin (result) message."""
-    if not nbytes:
-        return
-    kind = msg.kind
-    if kind == "device":
-        from . import _device
-
-        ad = _device.adapter_for("device")
-        span = np.empty(msg.span, _U8)
-        if not msg.contiguous:
-            ad.memcpy(span.ctypes.data, msg.addr + msg.lo, msg.span)
-            ad.synchronize()
-            plan_for(msg.datatype, msg.count).unpack_from(packed, memoryview(span), msg.lo, nbytes)
-        else:
-            span[:nbytes] = packed[:nbytes]
-        ad.stream_synchronize(ad.current_stream())
-        ad.memcpy(msg.addr + msg.lo, span.ctypes.data, msg.span if not msg.contiguous else nbytes)
-        ad.synchronize()
-        return
-    if kind == "sim":
-        _sim_sync()
-    if msg.contiguous:
-        np.frombuffer(msg.mem, _U8, nbytes)[:] = packed[:nbytes]
-        return
-    plan_for(msg.datatype, msg.count).unpack_from(packed, msg.mem, msg.lo, nbytes)
-
-
-def check_acc_types(otype, ttype, op, call: str):
-    """Validate an accumulate's operation and types: ``(reducer, element dtype or None)``
-    (cached on the target type's record per operation and origin type)."""
-    key = ("rma", getattr(op, "_h", None), otype._handle)
-    cache = ttype._rec.cache
-    hit = cache.get(key)
-    if hit is not None and not ttype._rec.freed and not otype._rec.freed:
-        return hit
-    hit = cache[key] = _check_acc_types(otype, ttype, op, call)
-    return hit
-
-
-def _check_acc_types(otype, ttype, op, call: str):
-    from .kernels import reduce as K
-    from .op import Op
-
-    if not isinstance(op, Op):
-        raise TypeError(f"{call}: expecting an Op (got {type(op).__name__})")
-    if op._rec is not None:
-        raise error(ERR_OP, f"{call}: only predefined operations may be used in RMA accumulates ({op!r})")
-    if op._h == 0x18000000:
-        raise error(ERR_OP, f"{call}: invalid operation (OP_NULL)")
-    name = op._name
-    ob, tb = otype._basic, ttype._basic
-    if name != "NO_OP" and otype._size and ttype._size and (ob is None or tb is None or
-                                                             K._named_basic(ob) is not K._named_basic(tb)):
-        raise error(ERR_TYPE, f"{call}: origin and target datatypes must be made of the same predefined type "
-                              f"({otype!r}, {ttype!r})")
-    red = K.resolve(name, ttype, call)
-    dtype = red.dtype
-    if dtype is None and tb is not None and name in ("REPLACE", "NO_OP"):
-        try:
-            dtype = K.resolve("SUM", ttype, call).dtype
-        except Exception:
-            try:
-                dtype = K.resolve("BOR", ttype, call).dtype
-            except Exception:
-                dtype = None
-    if dtype is not None and (dtype.kind not in "biuf" or dtype.itemsize not in (1, 2, 4, 8)):
-        dtype = None
-    return red, dtype

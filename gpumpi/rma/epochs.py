@@ -4,10 +4,11 @@ Theory of operation
 ===================
 One :class:`Epochs` per window and process records the epochs MPI defines
 (MPI-4.1 section 12.5) and decides, for every call, whether it is legal now.  It
-moves no data and waits for nobody: the window runtime (:mod:`gpumpi._rma`) asks
-first, then synchronizes, then tells it what happened.  An illegal call raises
-``MPI.Exception(ERR_RMA_SYNC)`` with the call, the problem and the epoch state,
-before anything is changed, so a misused window stays usable.
+moves no data and waits for nobody: the window runtime (:mod:`gpumpi.rma.local`, or
+:mod:`gpumpi.rma.mpi` across nodes) asks first, then synchronizes, then tells it what
+happened.  An illegal call raises ``MPI.Exception(ERR_RMA_SYNC)`` with the call, the
+problem and the epoch state, before anything is changed, so a misused window stays
+usable.
 
 Access epochs (this process as origin), at most one kind at a time:
 
@@ -32,8 +33,8 @@ requires that the process has completed its involvement in RMA").
 
 from __future__ import annotations
 
-from .constants import LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOSUCCEED
-from .errors import ERR_RMA_SYNC, error
+from ..constants import LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOSUCCEED
+from ..errors import ERR_RMA_SYNC, error
 
 __all__ = ["Epochs", "NONE", "FENCE_PENDING", "FENCE", "PSCW", "LOCK", "LOCK_ALL"]
 
