@@ -63,9 +63,13 @@ def _property(prop: property, name: str) -> None:
 
 
 def _class(cls: type, seen: set) -> None:
-    if cls in seen:
-        return
-    seen.add(cls)
+    for klass in cls.__mro__:  # the bases too: a class may gather its methods from several (gpumpi.comm's faces)
+        if klass not in seen and str(klass.__module__).startswith("gpumpi"):
+            seen.add(klass)
+            _members(klass, seen)
+
+
+def _members(cls: type, seen: set) -> None:
     for name, value in list(vars(cls).items()):
         if name.startswith("__"):
             continue

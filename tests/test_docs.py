@@ -78,6 +78,11 @@ def test_mpi4py_test_doc_walk_terminates():
 
 
 def test_signatures_come_first_as_in_mpi4py():
+    # methods a class gathers from bases of its own (gpumpi.comm's faces), decorated ones included
+    assert MPI.Comm.Send.__doc__.startswith("Send(self, buf, dest: int, tag: int = 0, *, stream=None) -> None\n\n")
+    assert MPI.Comm.Irecv.__doc__.startswith("Irecv(self, buf, source: int = -2, tag: int = -1, *, stream=None)")
+    assert MPI.Comm.Barrier.__doc__ == "Barrier(self) -> None\n\nBarrier synchronization (MPI_Barrier)."
+    assert MPI.Comm.bcast.__doc__.startswith("bcast(self, obj=None, root: int = 0)\n\n")
     assert MPI.Datatype.Get_size.__doc__.startswith("Get_size(self) -> int\n\nReturn the number of bytes")
     assert MPI.Comm.rank.__doc__ == "rank: int\n\nRank of this process (MPI_Comm_rank)."
     assert MPI.Datatype.Create_struct.__doc__.startswith("Create_struct(cls, blocklengths, displacements, datatypes)")

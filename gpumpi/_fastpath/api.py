@@ -10,11 +10,14 @@ and one compiled call writes or reads the frame (the engine's ``send_fast``/``re
 ``recv_lazy``, which run :mod:`gpumpi.ipc.fastring` on this node and
 :mod:`gpumpi.ipc.fastmpi` between nodes; a message above the far eager limit to another
 node is pushed ahead by ``push_far``/``isend_far``).  Whether a call may take this path
-is decided here and only here: :func:`to_peer` for the sending side and
-:func:`from_peer` for the receiving side are the guard.  Each entry returns what the call
-completed, or a "not taken" value after which the API module runs its general path,
-which validates everything again and reports errors as MPI says -- so a call the fast
-path declines behaves exactly as if the fast path did not exist.
+is decided here and only here: :func:`sending` holds the guard of the sending side and
+:func:`receiving` that of the receiving side.  They are decorators: the API module writes
+each method's general path (validate and delegate) and decorates it, and the method
+becomes the fast path with the general one behind it -- the commonest calls cost no call
+frame more than the engine's own entry, and a call the fast path declines runs the
+general path, which validates everything again and reports errors as MPI says, exactly as
+if the fast path did not exist.  ``Sendrecv`` (:func:`pairing`) asks both sides' guards
+through the same decorators' products.
 
 A whole contiguous NumPy array that the compiled call declined (too large for a frame,
 frames queued ahead, something else arrived first) or whose datatype the header shortcut
@@ -25,158 +28,171 @@ then the engine's ``isend``/``irecv`` directly.
 
 from __future__ import annotations
 
+import functools
+
 from numpy import ndarray as _ndarray
 
 from .. import _runtime as _rt
 from .._buffers import host_fast, message_simple
 from .._xfer import SENT
-from ..constants import ANY_SOURCE, TAG_UB_VALUE
+from ..constants import ANY_SOURCE, ANY_TAG, TAG_UB_VALUE
 from ..datatypes.flatten import sigcode as _sigcode
+from ..errors import Exception as MPIException
 from ..errors import error
 from ..request import Request, done_xfer
 from ..status import Status
 
-__all__ = ["from_peer", "irecv", "isend", "recv", "send", "sendrecv", "to_peer", "NOT_TAKEN"]
+__all__ = ["EAGER", "IRECV", "ISEND", "NOW", "RECV", "SEND", "pairing", "receiving", "sending"]
 
 #: the operation of every Isend the fast path completed at once (shared: nothing writes a
 #: completed operation; each request still has a handle of its own)
 _SENT_NOW = done_xfer()
 
-#: :func:`sendrecv`'s answers besides True (done): nothing was done / the send went, the
-#: receive is the general path's
-NOT_TAKEN, RECV_LEFT = 0, 2
+#: what a :func:`sending` method is (SEND: a blocking Send; ISEND: an Isend; EAGER: write it
+#: now, or nothing) and a :func:`receiving` one (RECV: a blocking Recv; IRECV: an Irecv;
+#: GUARD: whether the receive may take the fast path; NOW: receive it by the compiled call,
+#: or nothing); EAGER, GUARD and NOW serve ``Sendrecv``
+SEND, ISEND, EAGER = 0, 1, 2
+RECV, IRECV, GUARD, NOW = 0, 1, 2, 3
 
 _STANDARD = 0  # gpumpi._p2p.STANDARD (the protocol's standard mode)
 
 
-def to_peer(comm, dest, tag) -> int:
-    """The guard of the sending side: the world rank of ``dest`` when ``dest`` and ``tag``
-    are plain valid ints on a live, unfreed communicator; -1 otherwise (the general path
-    then validates and reports)."""
-    if type(dest) is int and type(tag) is int and 0 <= dest < len(comm._w) and 0 <= tag <= TAG_UB_VALUE and \
-            comm._ctx >= 0 and comm._ctx not in _rt.ENGINE.freed_ctx:
-        return comm._w[dest]
-    return -1
-
-
-def from_peer(comm, source, tag) -> int:
-    """The guard of the receiving side: the world rank of ``source`` (ANY_SOURCE stays -2) when
-    ``source`` and ``tag`` are plain valid ints on a live, unfreed communicator; -1 otherwise."""
-    if type(source) is int and type(tag) is int and -2 <= source < len(comm._w) and source != -1 and \
-            -1 <= tag <= TAG_UB_VALUE and comm._ctx >= 0 and comm._ctx not in _rt.ENGINE.freed_ctx:
-        return source if source < 0 else comm._w[source]
-    return -1
-
-
-def send(comm, buf, dest, tag) -> bool:
-    """``Send``: True when the message was sent here (complete); False, not taken."""
-    w = to_peer(comm, dest, tag)
-    if w < 0:
-        return False
-    h = host_fast(buf, False)
-    eng = _rt.ENGINE
-    if h is not None and (eng.send_fast(w, comm._rank, comm._ctx, tag, h[0], h[1], h[2]) or
-                          eng.mtab is not None and eng.push_far(w, comm._rank, comm._ctx, tag, h[0], h[1], h[2])):
-        return True
-    if type(buf) is _ndarray:  # declined (too large, queued frames ...) or a dtype the header shortcut lacks
-        m = message_simple(buf, True, dest, 1, "Send")
-        mem = m.mem
-        if mem is not None and m.contiguous:
-            dt = m.datatype
-            sig = dt._rec.cache.get("sigcode")
-            x = eng.isend([mem], len(mem), w, comm._rank, tag, comm._ctx, _STANDARD, "Send", (m.addr + m.lo,),
-                          _sigcode(dt) if sig is None else sig)
-            if x is not SENT:
-                if not x.done:
-                    eng.wait(x)
-                if x.err:
-                    raise error(x.err, x.errmsg)
-            return True
-    return False
-
-
-def recv(comm, buf, source, tag, status) -> bool:
-    """``Recv``: True when the message was received here (``status`` filled); False, not taken."""
-    w = from_peer(comm, source, tag)
-    if w == -1:
-        return False
-    h = host_fast(buf, True)
-    eng = _rt.ENGINE
-    if h is not None:
-        o = eng.recv_fast(source, w, tag, comm._ctx, h[0], h[1], h[2])
-        if o is not None:
-            if status is not None:
-                src, tg, n, _ = o.tolist()
-                status._fill(src, tg, n)
-            return True
-    if type(buf) is _ndarray:  # declined (something else came first ...) or a dtype the shortcut lacks
-        m = message_simple(buf, False, source, 1, "Recv")
-        mem = m.mem
-        if mem is not None and m.contiguous:
-            dt = m.datatype
-            sig = dt._rec.cache.get("sigcode")
-            x = eng.irecv(mem, len(mem), source, ANY_SOURCE if source < 0 else w, tag, comm._ctx, "Recv",
-                          m.addr + m.lo, _sigcode(dt) if sig is None else sig)
-            if not x.done:
-                eng.wait(x)
-            if status is not None:
-                status._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
-            if x.err:
-                raise error(x.err, x.errmsg)
-            return True
-    return False
-
-
-def isend(comm, buf, dest, tag):
-    """``Isend``: the request when the message was written (or pushed ahead) here; None, not taken."""
-    h = host_fast(buf, False)
-    if h is None:
-        return None
-    w = to_peer(comm, dest, tag)
-    if w < 0:
-        return None
-    eng = _rt.ENGINE
-    if eng.send_fast(w, comm._rank, comm._ctx, tag, h[0], h[1], h[2]):
-        return Request._of(_SENT_NOW, comm, None, buf)
-    if eng.mtab is not None:  # to another node, pushed ahead by the compiled path
-        x = eng.isend_far(w, comm._rank, comm._ctx, tag, h[0], h[1], h[2])
-        if x is not None:
-            return Request._of(x, comm, None, buf)
+def _nothing(*args, **kwargs):
     return None
 
 
-def irecv(comm, buf, source, tag):
-    """``Irecv``: the request, completed now by a message already here or posted lazily
-    (outside the matcher, in order); None, not taken."""
-    h = host_fast(buf, True)
-    if h is None:
-        return None
-    w = from_peer(comm, source, tag)
-    if w == -1:
-        return None
-    x = _rt.ENGINE.recv_lazy(source, w, tag, comm._ctx, h[0], h[1], h[2], buf)
-    return None if x is None else Request._of(x, comm, None, buf)
+def sending(mode: int):
+    """Decorate the general path of ``Send`` (SEND) or ``Isend`` (ISEND): the compiled path first.
+
+    The guard of the sending side: ``dest`` and ``tag`` plain valid ints, on a live, unfreed
+    communicator; then a whole contiguous NumPy array is written into the ring by one
+    compiled call (or pushed ahead to another node).  SEND returns None once sent; ISEND the
+    request; EAGER True when written now (else None, nothing done)."""
+    def wrap(general):
+        def call(self, buf, dest, tag=0, *, stream=None):
+            eng = _rt.ENGINE
+            ctx = self._ctx
+            if type(dest) is int and type(tag) is int and 0 <= dest < len(self._w) and 0 <= tag <= TAG_UB_VALUE and \
+                    ctx >= 0 and ctx not in eng.freed_ctx:
+                try:
+                    h = host_fast(buf, False)
+                    w = self._w[dest]
+                    if mode:
+                        if h is not None:
+                            if eng.send_fast(w, self._rank, ctx, tag, h[0], h[1], h[2]):
+                                return Request._of(_SENT_NOW, self, None, buf) if mode == ISEND else True
+                            if mode == ISEND and eng.mtab is not None:  # another node: pushed ahead, compiled
+                                x = eng.isend_far(w, self._rank, ctx, tag, h[0], h[1], h[2])
+                                if x is not None:
+                                    return Request._of(x, self, None, buf)
+                    elif h is not None and (eng.send_fast(w, self._rank, ctx, tag, h[0], h[1], h[2]) or
+                                            eng.mtab is not None and
+                                            eng.push_far(w, self._rank, ctx, tag, h[0], h[1], h[2])):
+                        return None
+                    elif type(buf) is _ndarray:  # declined (too large, frames queued ...), or a dtype without shortcut
+                        m = message_simple(buf, True, dest, 1, "Send")
+                        mem = m.mem
+                        if mem is not None and m.contiguous:
+                            dt = m.datatype
+                            sig = dt._rec.cache.get("sigcode")
+                            x = eng.isend([mem], len(mem), w, self._rank, tag, ctx, _STANDARD, "Send", (m.addr + m.lo,),
+                                          _sigcode(dt) if sig is None else sig)
+                            if x is not SENT:
+                                if not x.done:
+                                    eng.wait(x)
+                                if x.err:
+                                    raise error(x.err, x.errmsg)
+                            return None
+                except MPIException as e:
+                    return self._raise(e)
+            return general(self, buf, dest, tag, stream=stream)
+
+        return functools.wraps(general)(call)
+
+    return wrap
 
 
-def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status) -> int:
-    """``Sendrecv`` with every argument valid: the send is written first (eager: complete at
-    once), then the receive is tried here.  True: both done (``status`` filled); RECV_LEFT:
-    the send went, the receive is the general path's; NOT_TAKEN: nothing was done."""
-    hs = host_fast(sendbuf, False)
-    if hs is None or not (status is None or type(status) is Status):
-        return NOT_TAKEN
-    ws = to_peer(comm, dest, sendtag)
-    wr = from_peer(comm, source, recvtag)
-    if ws < 0 or wr == -1:
-        return NOT_TAKEN
-    hr = host_fast(recvbuf, True)
-    eng = _rt.ENGINE
-    if hr is None or not eng.send_fast(ws, comm._rank, comm._ctx, sendtag, hs[0], hs[1], hs[2]):
-        return NOT_TAKEN
-    o = eng.recv_fast(source, wr, recvtag, comm._ctx, hr[0], hr[1], hr[2])
-    if o is None:
-        return RECV_LEFT
-    if status is not None:
-        src, tg, nb, _ = o.tolist()
-        status._fill(src, tg, nb)
-    return True
+def receiving(mode: int):
+    """Decorate the general path of ``Recv`` (RECV) or ``Irecv`` (IRECV): the compiled path first.
+
+    The guard of the receiving side: ``source`` (or ANY_SOURCE) and ``tag`` (or ANY_TAG) plain
+    valid ints, on a live, unfreed communicator; then a whole contiguous NumPy array is
+    received by one compiled call (Irecv: completed now by a message already here, or posted
+    lazily, outside the matcher, in order).  GUARD returns True when the receive may take the
+    fast path (nothing done); NOW True when the compiled call received it (else None)."""
+    def wrap(general):
+        def call(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None, *, stream=None):
+            eng = _rt.ENGINE
+            ctx = self._ctx
+            if type(source) is int and type(tag) is int and -2 <= source < len(self._w) and source != -1 and \
+                    -1 <= tag <= TAG_UB_VALUE and ctx >= 0 and ctx not in eng.freed_ctx:
+                h = host_fast(buf, True)
+                w = source if source < 0 else self._w[source]
+                if mode == IRECV:
+                    if h is not None and status is None:
+                        x = eng.recv_lazy(source, w, tag, ctx, h[0], h[1], h[2], buf)
+                        if x is not None:
+                            return Request._of(x, self, None, buf)
+                elif mode == GUARD:
+                    return None if h is None else True
+                elif (status is None or type(status) is Status) and (h is not None or type(buf) is _ndarray):
+                    try:
+                        if h is not None:
+                            o = eng.recv_fast(source, w, tag, ctx, h[0], h[1], h[2])
+                            if o is not None:
+                                if status is not None:
+                                    src, tg, n, _ = o.tolist()
+                                    status._fill(src, tg, n)
+                                return True if mode == NOW else None
+                        if mode == RECV and type(buf) is _ndarray:  # declined, or a dtype without shortcut
+                            m = message_simple(buf, False, source, 1, "Recv")
+                            mem = m.mem
+                            if mem is not None and m.contiguous:
+                                dt = m.datatype
+                                sig = dt._rec.cache.get("sigcode")
+                                x = eng.irecv(mem, len(mem), source, ANY_SOURCE if source < 0 else w, tag, ctx, "Recv",
+                                              m.addr + m.lo, _sigcode(dt) if sig is None else sig)
+                                if not x.done:
+                                    eng.wait(x)
+                                if status is not None:
+                                    status._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
+                                if x.err:
+                                    raise error(x.err, x.errmsg)
+                                return None
+                    except MPIException as e:
+                        return self._raise(e)
+            if mode == IRECV:
+                if status is not None:
+                    raise TypeError("Irecv() takes no status (got one)")
+                return general(self, buf, source, tag, stream=stream)
+            return general(self, buf, source, tag, status, stream=stream)
+
+        return functools.wraps(general)(call)
+
+    return wrap
+
+
+_send_eager = sending(EAGER)(_nothing)
+_recv_guard = receiving(GUARD)(_nothing)
+_recv_now = receiving(NOW)(_nothing)
+
+
+def pairing(recv_rest):
+    """Decorate the general path of ``Sendrecv``: with every argument valid (both sides' guards)
+    and plain arrays, the send is written first (eager: complete at once), then the receive is
+    tried by the compiled call; a receive the compiled call does not complete is
+    ``recv_rest(self, recvbuf, source, recvtag, status, stream)``'s (the send went already)."""
+    def wrap(general):
+        def call(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None, *,
+                 stream=None):
+            if (status is None or type(status) is Status) and _recv_guard(self, recvbuf, source, recvtag) and \
+                    _send_eager(self, sendbuf, dest, sendtag):
+                if not _recv_now(self, recvbuf, source, recvtag, status):
+                    recv_rest(self, recvbuf, source, recvtag, status, stream)
+                return None
+            return general(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status, stream=stream)
+
+        return functools.wraps(general)(call)
+
+    return wrap

@@ -146,6 +146,7 @@ class PointToPoint:
             self._raise(e)
 
     # --- blocking sends -------------------------------------------------------------------
+    @_fastpath.sending(_fastpath.SEND)
     def Send(self, buf, dest: int, tag: int = 0, *, stream=None) -> None:
         """Blocking send (MPI_Send).
 
@@ -153,8 +154,6 @@ class PointToPoint:
         work queued on that stream (default: the array's own stream, else the current one).
         """
         try:
-            if _fastpath.send(self, buf, dest, tag):
-                return
             self._wait(self._isend(buf, dest, tag, STANDARD, "Send", stream), None, "Send")
         except MPIException as e:
             self._raise(e)
@@ -171,24 +170,21 @@ class PointToPoint:
         """Ready send: the matching receive must already be posted (MPI_Rsend)."""
         self._send_wait(buf, dest, tag, READY, "Rsend", stream)
 
+    @_fastpath.receiving(_fastpath.RECV)
     def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None, *,
              stream=None) -> None:
         """Blocking receive (MPI_Recv)."""
         if status is not None:
             check_status(status, "Recv")
         try:
-            if _fastpath.recv(self, buf, source, tag, status):
-                return
             self._wait(self._irecv(buf, source, tag, "Recv", stream), status, "Recv")
         except MPIException as e:
             self._raise(e)
 
     # --- nonblocking ----------------------------------------------------------------------
+    @_fastpath.sending(_fastpath.ISEND)
     def Isend(self, buf, dest: int, tag: int = 0, *, stream=None) -> Request:
         """Nonblocking send (MPI_Isend)."""
-        r = _fastpath.isend(self, buf, dest, tag)  # written now: the request is complete
-        if r is not None:
-            return r
         return self._send_req(buf, dest, tag, STANDARD, "Isend", stream)
 
     def Issend(self, buf, dest: int, tag: int = 0, *, stream=None) -> Request:
@@ -203,17 +199,23 @@ class PointToPoint:
         """Nonblocking ready send (MPI_Irsend)."""
         return self._send_req(buf, dest, tag, READY, "Irsend", stream)
 
+    @_fastpath.receiving(_fastpath.IRECV)
     def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, *, stream=None) -> Request:
         """Nonblocking receive (MPI_Irecv)."""
-        r = _fastpath.irecv(self, buf, source, tag)  # completed now, or posted lazily
-        if r is not None:
-            return r
         try:
             return self._req(self._irecv(buf, source, tag, "Irecv", stream), buf)
         except MPIException as e:
             self._raise(e)
 
     # --- combined -------------------------------------------------------------------------
+    def _sendrecv_rest(self, recvbuf, source, recvtag, status, stream) -> None:
+        """The receive of a ``Sendrecv`` whose send the fast path wrote (the general path's)."""
+        try:
+            self._wait(self._irecv(recvbuf, source, recvtag, "Sendrecv", stream), status, "Sendrecv")
+        except MPIException as e:
+            self._raise(e)
+
+    @_fastpath.pairing(_sendrecv_rest)
     def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
                  recvtag: int = ANY_TAG, status: Status | None = None, *, stream=None) -> None:
         """Send and receive in one call (MPI_Sendrecv).
@@ -222,11 +224,6 @@ class PointToPoint:
         posted: a call that raises leaves no operation behind.
         """
         try:
-            done = _fastpath.sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
-            if done:
-                if done is _fastpath.RECV_LEFT:  # the send went; the receive takes the general path
-                    self._wait(self._irecv(recvbuf, source, recvtag, "Sendrecv", stream), status, "Sendrecv")
-                return
             self._status_arg(status, "Sendrecv")
             rargs = self._recv_args(recvbuf, source, recvtag, "Sendrecv", stream)
             sargs = self._send_args(sendbuf, dest, sendtag, "Sendrecv", stream)
