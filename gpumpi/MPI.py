@@ -337,7 +337,11 @@ def _install_nvtx() -> None:
 
         setattr(cls, name, inner)
 
-    for cls in (Comm, Intracomm, Request, Prequest, Message):
+    classes = []  # each class that defines calls, once: Comm gathers its faces (gpumpi.comm) as bases
+    for c in (Comm, Intracomm, Request, Prequest, Message):
+        classes += [k for k in c.__mro__ if k.__module__.startswith("gpumpi.") and k not in classes
+                    and k.__name__ != "Handle"]
+    for cls in classes:
         for name in list(cls.__dict__):
             if name[:1].isupper():
                 wrap(cls, name)

@@ -256,3 +256,19 @@ def test_api_check_sees_an_engine_import(tmp_path):
     p = tmp_path / "x.py"
     p.write_text("from .. import _runtime as _rt\n")
     assert [t for t, internal, _, _ in imports("comm.x", p) if internal] == ["_runtime"]
+
+
+def test_readme_architecture_names_every_top_level_module():
+    """The README's architecture table (DESIGN section 5 for this tree) names every top-level
+    module and package of gpumpi, so a new one cannot land without its line."""
+    text = (ROOT.parent / "README.md").read_text()
+    start = text.index("### Architecture")
+    section = text[start:text.index("\n### ", start + 1)]
+    missing = []
+    for path in sorted(ROOT.iterdir()):
+        name = path.stem if path.suffix == ".py" else path.name
+        if name.startswith("__") or (path.is_dir() and not (path / "__init__.py").exists()):
+            continue
+        if f"`{name}`" not in section and f"`{name}/" not in section and f"`{name}," not in section:
+            missing.append(name)
+    assert not missing, f"README architecture table lacks: {missing}"

@@ -29,6 +29,7 @@ then the engine's ``isend``/``irecv`` directly.
 from __future__ import annotations
 
 import functools
+import inspect
 
 from numpy import ndarray as _ndarray
 
@@ -60,6 +61,15 @@ _STANDARD = 0  # gpumpi._p2p.STANDARD (the protocol's standard mode)
 
 def _nothing(*args, **kwargs):
     return None
+
+
+def _like(call, general):
+    """``call`` dressed as ``general`` (name, docstring, signature) for mpi4py's introspection;
+    no ``__wrapped__``: that marks a profiler's wrapper (``GPUMPI_PROFILE``, NVTX)."""
+    functools.update_wrapper(call, general, updated=())
+    del call.__wrapped__
+    call.__signature__ = inspect.signature(general)
+    return call
 
 
 def sending(mode: int):
@@ -108,7 +118,7 @@ def sending(mode: int):
                     return self._raise(e)
             return general(self, buf, dest, tag, stream=stream)
 
-        return functools.wraps(general)(call)
+        return _like(call, general)
 
     return wrap
 
@@ -168,7 +178,7 @@ def receiving(mode: int):
                 return general(self, buf, source, tag, stream=stream)
             return general(self, buf, source, tag, status, stream=stream)
 
-        return functools.wraps(general)(call)
+        return _like(call, general)
 
     return wrap
 
@@ -193,6 +203,6 @@ def pairing(recv_rest):
                 return None
             return general(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status, stream=stream)
 
-        return functools.wraps(general)(call)
+        return _like(call, general)
 
     return wrap

@@ -609,3 +609,21 @@ def test_device_compare_and_swap_on_simulated_memory():
         assert np.frombuffer(old, np.int64)[0] == 9 and v[2] == 9
     finally:
         ad.free(addr)
+
+
+def test_device_kernels_choose_the_simulator_even_after_numba_was_imported():
+    """numba reads NUMBA_ENABLE_CUDASIM when it is imported; a process that imported numba before
+    the switch was set (a test module collected early) must still get the simulator here, where
+    there is no CUDA driver: the device kernels switch it before numba.cuda's first import."""
+    import subprocess
+    import sys
+
+    from gpumpi import _device
+
+    if _device.cuda_driver() is not None or os.environ.get("GPUMPI_TEST_REAL_GPU") == "1":
+        pytest.skip("a CUDA driver is here: numba.cuda is the real one")
+    code = ("import os, numba; os.environ['NUMBA_ENABLE_CUDASIM'] = '1'\n"
+            "from gpumpi.kernels.atomics import device as D; print(D._device()[1])")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr

@@ -319,6 +319,9 @@ def _device():
     d = _DEV
     if d is not None:
         return d
+    from ..._device import use_simulator
+
+    use_simulator()  # before numba.cuda's first import: the simulator where it can only be that
     from numba import cuda
 
     from .. import pack
