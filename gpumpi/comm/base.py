@@ -46,6 +46,7 @@ from ..constants import (
     WTIME_IS_GLOBAL,
 )
 from ..errors import (
+    ERR_ARG,
     ERR_COMM,
     ERR_ERRHANDLER,
     ERR_KEYVAL,
@@ -476,6 +477,18 @@ class Comm(PointToPoint, Objects, Collectives, Handle):
         _keyval.on_dup(self, c, "Comm.Dup")  # attribute copy callbacks (frees c if one fails)
         return c
 
+
+    def _split_checked(self, color, key):
+        """MPI_Comm_split's checks (color, key), then the split of this communicator's kind."""
+        try:
+            call = "Comm.Split"
+            self._check(call)
+            color, key = int_arg(color, call, "color"), int_arg(key, call, "key")
+            if color < 0 and color != UNDEFINED:
+                raise error(ERR_ARG, f"{call}: color must be non-negative or UNDEFINED ({color})")
+            return self._split(color, key, call)
+        except MPIException as e:
+            self._raise(e)
 
     def _split(self, color: int, key: int, call: str, info=None) -> "Intracomm":
         ctx, rows = self._agree(call, (color, key))

@@ -201,15 +201,7 @@ class Intercomm(Comm):
         """Split both groups by color (MPI_Comm_split): the local ranks of one color, ordered by
         key, joined with the remote ranks of the same color; COMM_NULL for UNDEFINED or a color
         the other group does not have."""
-        try:
-            call = "Comm.Split"
-            self._check(call)
-            color, key = int_arg(color, call, "color"), int_arg(key, call, "key")
-            if color < 0 and color != UNDEFINED:
-                raise error(ERR_ARG, f"{call}: color must be non-negative or UNDEFINED ({color})")
-            return self._split(color, key, call)
-        except MPIException as e:
-            self._raise(e)
+        return self._split_checked(color, key)
 
     def _split(self, color: int, key: int, call: str) -> "Intercomm":
         mine = _lower.allgather(self._local, (color, key), call)

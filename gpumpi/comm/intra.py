@@ -118,15 +118,7 @@ class Intracomm(Comm):
     def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
         """Split into disjoint communicators by color, ordered by key then rank
         (MPI_Comm_split); ``color=UNDEFINED`` gives COMM_NULL."""
-        try:
-            call = "Comm.Split"
-            self._check(call)
-            color, key = int_arg(color, call, "color"), int_arg(key, call, "key")
-            if color < 0 and color != UNDEFINED:
-                raise error(ERR_ARG, f"{call}: color must be non-negative or UNDEFINED ({color})")
-            return self._split(color, key, call)
-        except MPIException as e:
-            self._raise(e)
+        return self._split_checked(color, key)
 
     def Split_type(self, split_type: int, key: int = 0, info=None) -> "Intracomm":
         """Split by a hardware resource (MPI_Comm_split_type).
