@@ -51,7 +51,7 @@ import mmap
 import os
 
 __all__ = ["PAGE", "round_pages", "create", "map_shared", "map_anonymous", "unmap", "create_mapped", "open_peer",
-           "peer_path", "register", "unregister", "find"]
+           "peer_path", "register", "unregister", "find", "file_key", "mapping_of"]
 
 PAGE = mmap.PAGESIZE
 
@@ -157,6 +157,24 @@ def register(addr: int, length: int, fd: int) -> None:
 
 def unregister(addr: int) -> None:
     _shared.pop(addr, None)
+
+
+def file_key(fd: int) -> tuple:
+    """What names the file behind descriptor ``fd`` in every process: ``(device, inode)``."""
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def mapping_of(key: tuple):
+    """``(address, length)`` of a registered mapping of the file ``key`` (:func:`file_key`), or None:
+    a peer's memory in a file this process maps already is reached through that mapping."""
+    for base, (length, fd) in _shared.items():
+        try:
+            if file_key(fd) == key:
+                return base, length
+        except OSError:
+            continue
+    return None
 
 
 def find(addr: int, nbytes: int):

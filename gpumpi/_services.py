@@ -22,7 +22,7 @@ from ._xfer import SENT  # noqa: F401  (the shared completed send; API modules c
 __all__ = ["SENT", "abort", "backoff", "cancel", "context_freed", "failed_ranks", "free_context", "node_of", "poll",
            "probe_now", "probe_wait", "wait", "wait_until", "world_rank", "world_size",
            # windows
-           "copy_stream", "typecheck", "far_ranks", "mpi_world", "mpi_cuda_aware"]
+           "copy_stream", "typecheck", "far_ranks", "mpi_world", "mpi_cuda_aware", "regions"]
 
 
 def wait(x) -> None:
@@ -139,6 +139,13 @@ def probe_now(ctx: int, source: int, tag: int, take: bool):
 def copy_stream(ad):
     """gpumpi's copy stream on device adapter ``ad`` (made on first use, one per adapter)."""
     return _rt.ENGINE.copy_stream(ad)
+
+
+def regions(memory: str) -> list:
+    """The region transports the engine routes ``memory`` (``"host"``/``"device"``) over, in order of
+    preference: windows expose and reach memory through their one-sided ones
+    (:func:`gpumpi.ipc.base.expose`)."""
+    return _rt.ENGINE.world.regions[memory]
 
 
 def typecheck() -> bool:

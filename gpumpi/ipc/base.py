@@ -27,6 +27,17 @@ moves (``_protocol``), a transport only *how*.  Two small interfaces:
   ``send_from(peer, msgid, src, nbytes)``; each returns an object whose ``test()`` says
   when that side is done (the ``mpi`` transport between nodes).
 
+* One-sided (windows): a ``ONE_SIDED`` transport *exposes* memory of this rank to the
+  members of a window (``expose``: a description that travels to them at window creation,
+  or None when it cannot expose that memory) and *attaches* a member's description
+  (``attach``: a :class:`Remote`, which reads and writes runs of that memory without the
+  member taking part).  Every member of a window reaches a given member's memory through
+  the transport that exposed it -- the route is agreed once, at creation
+  (:func:`expose`, :func:`attach`) -- so the atomicity a transport states holds among all
+  of them.  An ``ATOMICS`` transport's remotes update elements atomically against every
+  other origin reaching the same memory through it.  The owner reaches its own memory
+  through the same transport (its remote is then usually the memory itself).
+
 The registry maps names to transport classes: every transport module registers itself
 with :func:`register` when the ``gpumpi.ipc`` package imports it.  :func:`routes` turns ``GPUMPI_TRANSPORTS`` (already parsed by
 ``_config.parse_transports``) into the region transports to try, in order, for each
@@ -154,8 +165,78 @@ class Region(abc.ABC):
         memory at ``addr``; 0 or an errno."""
         raise NotImplementedError(f"{self.name}.write: this transport cannot write into a peer's memory")
 
+    def expose(self, mem):
+        """``ONE_SIDED`` transports: a picklable description of this rank's memory ``mem`` for
+        the members of a window to :meth:`attach`, or None when this transport cannot expose it.
+        Host: ``mem`` is ``(address, nbytes, file)``, where ``file`` is ``(fd, offset, file
+        length)`` of a memfd holding the memory or None, and ``nbytes`` None stands for every
+        address of this process (a dynamic window).  Device: ``(adapter, address, nbytes)``.
+        The description stays valid until the members have attached it (the window's
+        creation ends with a barrier)."""
+        return None
+
+    def attach(self, peer: int, desc, stream_of=None) -> "Remote":
+        """``ONE_SIDED`` transports: reach the memory ``peer`` (this rank included) described
+        with :meth:`expose`.  ``stream_of(adapter)`` gives the stream device copies and kernels
+        run on.  Raises ``OSError`` when the memory cannot be reached, :class:`PeerGone` when
+        the peer's process no longer exists."""
+        raise NotImplementedError(f"{self.name}.attach: this transport cannot reach a peer's memory one-sidedly")
+
     def close(self) -> None:
         """Release cached mappings and other resources."""
+
+
+class Remote:
+    """A window member's memory as this rank reaches it (what ``Region.attach`` returns).
+
+    ``base`` is the address of the memory's first byte in the address space ``read`` and
+    ``write`` take (ours where ``mapped``; the peer's for cross-memory attach; a device
+    address).  ``mapped``: the CPU of this process loads and stores it at ``base`` (NumPy
+    may view it).  ``atomic``: ``accumulate`` and ``compare_and_swap`` update elements
+    atomically against every origin reaching this memory through the same transport, for
+    the element types :meth:`supported` accepts.  ``device``: the adapter of device memory
+    (None: host).  Addresses given to the methods are absolute (``base`` plus an offset)."""
+
+    mapped = False
+    atomic = False
+    device = None
+
+    def __init__(self, peer: int, base: int) -> None:
+        self.peer, self.base = peer, base
+
+    def read(self, segs, dst: int) -> None:
+        """Copy the runs ``[(address, length), ...]`` of the memory, in order, to host address
+        ``dst``, complete when it returns."""
+        raise NotImplementedError(f"{type(self).__name__}.read")
+
+    def write(self, src: int, segs) -> None:
+        """Copy consecutive bytes from host address ``src`` into the runs ``[(address,
+        length), ...]`` of the memory, in order, complete when it returns."""
+        raise NotImplementedError(f"{type(self).__name__}.write")
+
+    def supported(self, op: str, dtype) -> bool:
+        """Whether :meth:`accumulate` updates elements of ``dtype`` with ``op`` atomically."""
+        return False
+
+    def cas_supported(self, dtype, addr: int) -> bool:
+        """Whether :meth:`compare_and_swap` is atomic for one element of ``dtype`` at ``addr``."""
+        return False
+
+    def accumulate(self, addr: int, offsets, values, op: str, fetch=None) -> None:
+        """``ATOMICS``: ``*(addr + offsets[i]) op= values[i]`` element-wise atomically, in order;
+        the old elements into ``fetch`` when given (a host array like ``values``)."""
+        raise NotImplementedError(f"{type(self).__name__}.accumulate: no atomic updates through this route")
+
+    def compare_and_swap(self, addr: int, compare: bytes, value: bytes, dtype) -> bytes:
+        """``ATOMICS``: the old bytes of the element of ``dtype`` at ``addr``, replaced by ``value``
+        where they equal ``compare`` (as bits), atomically."""
+        raise NotImplementedError(f"{type(self).__name__}.compare_and_swap: no atomic updates through this route")
+
+    def sync(self) -> None:
+        """Complete every update made through this remote (device: its stream's work)."""
+
+    def close(self) -> None:
+        """Release what :meth:`Region.attach` mapped or opened."""
 
 
 _REGISTRY: dict = {HOST: {}, DEVICE: {}}  # memory kind -> {name: class}
@@ -192,6 +273,33 @@ def routes(named: dict, world) -> dict:
     """``{memory kind: [region transport instances, in order of preference]}`` for ``named``
     (``_config.parse_transports``'s result), each built as ``cls(world)``."""
     return {mem: [lookup(mem, n)(world) for n in names] for mem, names in named.items()}
+
+
+def one_sided(regions) -> list:
+    """The ``ONE_SIDED`` transports of ``regions``, those with ``ATOMICS`` first (in order of
+    preference otherwise): the order in which windows ask them to expose memory."""
+    return sorted((t for t in regions if t.caps & ONE_SIDED), key=lambda t: not t.caps & ATOMICS)
+
+
+def expose(regions, me: int, members, mem):
+    """``(ident, description)`` from the first one-sided transport of ``regions`` that reaches
+    every other member of ``members`` (world ranks) and exposes ``mem``; None when none does."""
+    for t in one_sided(regions):
+        if all(t.reaches(p) for p in members if p != me):
+            desc = t.expose(mem)
+            if desc is not None:
+                return t.ident, desc
+    return None
+
+
+def attach(regions, ident: int, peer: int, desc, stream_of=None) -> Remote:
+    """Reach ``peer``'s memory through the transport of ``ident`` that exposed it (``desc``)."""
+    for t in regions:
+        if t.ident == ident:
+            return t.attach(peer, desc, stream_of)
+    cls = _BY_IDENT[ident] if 0 < ident < len(_BY_IDENT) else None
+    raise OSError(f"rank {peer} exposed its memory through the {cls.name if cls else ident!r} transport, "
+                  f"which this rank does not route over (GPUMPI_TRANSPORTS)")
 
 
 def pick(regions, peer: int):

@@ -17,6 +17,13 @@ refuses cross-memory attach (stop using it), or the peer's process is gone (ESRC
 it exited or died; EPERM or EFAULT from a process that is exiting, a zombie, or a
 pid now owned by someone else).  The second raises :class:`~gpumpi.ipc.base.PeerGone`:
 that peer is lost, cross-memory attach is not.
+
+One-sided (windows): a member exposes private memory (a NumPy array, a dynamic window's
+attached memory) by its address; the others read and write it with
+``process_vm_readv``/``writev`` run by run (:class:`Remote`), the owner in place
+(:class:`gpumpi.ipc.onesided.Mapped`, not atomic).  No atomic instruction reaches memory
+this way, so the transport states no ``ATOMICS``: the window serializes read-modify-writes
+with a lock, and the owner takes the same path.
 """
 
 from __future__ import annotations
@@ -32,11 +39,14 @@ from .base import (
     WRITE,
     PeerGone,
     Region,
+    Remote,
     decode_segments,
     encode_segments,
     register,
     skip_segments,
 )
+
+from .onesided import Mapped
 
 _IOV_MAX = 1024
 
@@ -230,6 +240,7 @@ class Cma(Region):
     name, memory, caps = "cma", HOST, READ | WRITE | ONE_SIDED
 
     def __init__(self, world) -> None:
+        self.rank = world.rank
         self.pid = world.pid
         self.near = getattr(world, "near", None)  # cross-memory attach reaches the processes of this node only
         self.ok = bool(world.cfg.cma) and available()
@@ -258,3 +269,37 @@ class Cma(Region):
 
     def write(self, peer: int, src, skip: int, addr: int, nbytes: int) -> int:
         return write(self.pid(peer), src, skip, addr, nbytes)
+
+    def expose(self, mem):
+        return mem[0] if self.ok else None
+
+    def attach(self, peer: int, desc, stream_of=None):
+        if peer == self.rank:
+            return Mapped(peer, desc, False)  # the others cannot use the CPU's atomics: neither may we
+        return CmaRemote(peer, desc, self.pid(peer))
+
+
+class CmaRemote(Remote):
+    """A peer's private memory, read and written with cross-memory attach (not atomic)."""
+
+    def __init__(self, peer: int, base: int, pid: int) -> None:
+        super().__init__(peer, base)
+        self.pid = pid
+
+    def _failed(self, errno: int, what: str):
+        if errno == _errno.ESRCH or process_gone(self.pid):
+            return PeerGone(self.peer, f"{what} of pid {self.pid}: {os.strerror(errno)}")
+        return OSError(errno, f"{what} of rank {self.peer}'s memory: {os.strerror(errno)}")
+
+    def read(self, segs, dst: int) -> None:
+        n = sum(ln for _a, ln in segs)
+        e = read(self.pid, segs, dst, n) if n else 0
+        if e:
+            raise self._failed(e, "process_vm_readv")
+
+    def write(self, src: int, segs) -> None:
+        for a, ln in segs:
+            e = write(self.pid, [(src, ln)], 0, a, ln)
+            if e:
+                raise self._failed(e, "process_vm_writev")
+            src += ln

@@ -17,6 +17,12 @@ device on the engine's copy stream.  Memory CUDA cannot export (pool or managed 
 another process's mapping) and handles that cannot be opened here (a stale handle, a
 process's own handle) make ``offer`` return None or ``take`` return False: the engine
 then uses the next transport (``staging``).
+
+One-sided (windows): a member exposes its device memory by the allocation's IPC handle and
+the memory's offset in it; every other member opens the handle once for the window's life
+(not through the LRU cache: a window's mapping must not be closed under it) and reaches
+the memory with copies and device atomics (:class:`gpumpi.ipc.onesided.DeviceMemory`); the
+owner reaches its own memory at its address.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from __future__ import annotations
 import struct
 from collections import OrderedDict
 
-from .base import DEVICE, ONE_SIDED, READ, Region, register
+from .base import ATOMICS, DEVICE, ONE_SIDED, READ, Region, register
+from .onesided import DeviceMemory
 
 #: the offer: adapter (1 sim, 2 cuda), the allocation's IPC handle, the message's offset in
 #: it, the interprocess event recorded after its producer (zeros: none)
@@ -57,7 +64,7 @@ def _opened(cache: OrderedDict, key, ad, open_: str, handle, close: str):
 class CudaIpc(Region):
     """Device memory of another process on this node, mapped through IPC handles."""
 
-    name, memory, caps = "cuda_ipc", DEVICE, READ | ONE_SIDED
+    name, memory, caps = "cuda_ipc", DEVICE, READ | ONE_SIDED | ATOMICS
 
     def __init__(self, world) -> None:
         self.rank = world.rank
@@ -109,6 +116,26 @@ class CudaIpc(Region):
             ad.memcpy(daddr, base + offset + skip, nbytes, s)
             ad.stream_synchronize(s)
         return True
+
+    def expose(self, mem):
+        ad, addr, _n = mem
+        try:
+            handle, offset = ad.ipc_export(addr)
+        except _device().IpcUnsupported:  # pool or managed memory, another process's mapping
+            return None
+        return IPC_SIM if ad.name == "sim" else IPC_CUDA, handle, offset, addr
+
+    def attach(self, peer: int, desc, stream_of=None):
+        D = _device()
+        akind, handle, offset, addr = desc
+        ad = D.sim_adapter() if akind == IPC_SIM else D.adapter()
+        if peer == self.rank:
+            return DeviceMemory(peer, ad, addr, stream_of)
+        try:
+            base = ad.ipc_open(handle)
+        except (D.StaleHandle, D.IpcUnsupported, D.CudaError) as exc:
+            raise OSError(f"cuda_ipc.attach: cannot open rank {peer}'s IPC handle ({exc})") from None
+        return DeviceMemory(peer, ad, base + offset, stream_of, lambda: ad.ipc_close(base))
 
     def close(self) -> None:
         for ad, base in self.mem.values():

@@ -9,6 +9,12 @@ open its own CUDA IPC handles, so the offer is a number naming an entry of a tab
 this process (the sender's adapter, address and ordering event) and ``take`` copies
 device to device on the receiver's stream after that event.  An offer that is never
 taken (the send was cancelled) is dropped when the table is cleared at close.
+
+One-sided: a window of one member (``COMM_SELF``) exposes any of its memory through these:
+the remote is the memory itself (:mod:`gpumpi.ipc.onesided`).  Device memory is updated
+with device atomics (``ATOMICS``); host memory states none, so a window of one member on
+private memory serializes its read-modify-writes with the window's lock as windows on
+cross-memory-attach memory do (memory of a memfd is exposed by ``shm``, atomically).
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import ctypes
 import itertools
 import struct
 
-from .base import DEVICE, HOST, ONE_SIDED, READ, Region, decode_segments, encode_segments, register, skip_segments
+from .base import (ATOMICS, DEVICE, HOST, ONE_SIDED, READ, Region, decode_segments, encode_segments, register,
+                   skip_segments)
+from .onesided import DeviceMemory, Mapped
 
 _TOKEN = struct.Struct("<Q")
 
@@ -50,16 +58,25 @@ class SelfHost(Region):
             done += k
         return True
 
+    def expose(self, mem):
+        return mem[0]
+
+    def attach(self, peer: int, desc, stream_of=None):
+        if peer != self.rank:
+            raise OSError(f"self.attach: rank {peer}'s memory is not this process's (rank {self.rank})")
+        return Mapped(peer, desc, False)
+
 
 @register
 class SelfDevice(Region):
     """Device memory of this rank, copied device to device."""
 
-    name, memory, caps = "self", DEVICE, READ
+    name, memory, caps = "self", DEVICE, READ | ONE_SIDED | ATOMICS
 
     def __init__(self, world) -> None:
         self.rank = world.rank
         self.offers: dict = {}
+        self.exposed: dict = {}  # number -> adapter of device memory a window of one member exposes
         self.ids = itertools.count(1)
 
     def reaches(self, peer: int) -> bool:
@@ -92,5 +109,19 @@ class SelfDevice(Region):
             ad.stream_synchronize(s)
         return True
 
+    def expose(self, mem):
+        ad, addr, _n = mem
+        k = next(self.ids)
+        self.exposed[k] = ad
+        return k, addr
+
+    def attach(self, peer: int, desc, stream_of=None):
+        k, addr = desc
+        ad = self.exposed.get(k) if peer == self.rank else None
+        if ad is None:
+            raise OSError(f"self.attach: rank {peer}'s device memory is not this process's (rank {self.rank})")
+        return DeviceMemory(peer, ad, addr, stream_of, lambda: self.exposed.pop(k, None))
+
     def close(self) -> None:
         self.offers.clear()
+        self.exposed.clear()

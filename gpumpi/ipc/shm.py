@@ -26,16 +26,24 @@ world rank -> index in the node's segment, -1 for ranks of other nodes).
 
 The ``shm`` host region transport (:class:`ShmPush`) is the fallback that reaches every
 peer: it offers nothing, so the sender pushes the data through the rings in DATA
-frames when the receiver asks (CTS).
+frames when the receiver asks (CTS).  One-sided, it reaches the window memory that lives
+in a memfd (``Win.Allocate``, ``Allocate_shared``, ``MPI.Alloc_mem``: :mod:`gpumpi._memfd`):
+a member exposes the file's descriptor and the memory's offset in it, every other member
+opens the descriptor through ``/proc`` and maps the file -- or, when it maps that file
+already (a shared window's one segment), uses its own mapping -- so every origin updates
+the memory with the CPU's atomic instructions (``ATOMICS``).
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 from collections import deque
 
 from .._protocol import HEADER, HLEN
-from .base import FAR, HOST, Frames, Region, address_of, register
+from .. import _memfd
+from .base import ATOMICS, FAR, HOST, ONE_SIDED, Frames, Region, address_of, register
+from .onesided import Mapped
 from .ring import CTRL, RingReader, RingWriter, max_frame
 
 _pack_into = HEADER.pack_into
@@ -208,12 +216,14 @@ class ShmTransport(Frames):
 
 @register
 class ShmPush(Region):
-    """Host data pushed through the rings (offers nothing: reaches every peer)."""
+    """Host data pushed through the rings (offers nothing: reaches every peer); windows in memfd
+    memory mapped by every member."""
 
-    name, memory, caps = "shm", HOST, 0
+    name, memory, caps = "shm", HOST, ONE_SIDED | ATOMICS
 
     def __init__(self, world) -> None:
-        pass
+        self.rank = world.rank
+        self.pid = world.pid
 
     def reaches(self, peer: int) -> bool:
         return True
@@ -223,3 +233,24 @@ class ShmPush(Region):
 
     def take(self, peer: int, body, dst, nbytes: int, skip: int = 0) -> bool:
         return False
+
+    def expose(self, mem):
+        addr, _nbytes, file = mem
+        if file is None:
+            return None
+        fd, off, flen = file
+        return fd, off, flen, _memfd.file_key(fd), addr
+
+    def attach(self, peer: int, desc, stream_of=None):
+        fd, off, flen, key, addr = desc
+        if peer == self.rank:
+            return Mapped(peer, addr, True)
+        here = _memfd.mapping_of(key)
+        if here is not None:
+            return Mapped(peer, here[0] + off, True)
+        mine = _memfd.open_peer(self.pid(peer), fd)
+        try:
+            base = _memfd.map_shared("shm.attach", flen, mine)
+        finally:
+            os.close(mine)
+        return Mapped(peer, base + off, True, lambda: _memfd.unmap(base, flen))

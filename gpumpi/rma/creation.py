@@ -6,9 +6,9 @@ Theory of operation
 memory), ``Allocate_shared`` (one segment for all members, in rank order) and
 ``Create_dynamic`` (memory attached later) are collective over the communicator (default
 ``COMM_SELF``).  Each checks its arguments, makes the :class:`State` every reference to the new
-window shares, describes what this process exposes (:func:`_describe`: a memfd found by
-:func:`gpumpi._memfd.find`, private memory for cross-memory attach, or device memory by its
-IPC handle) and hands that description to the runtime, which exchanges the members'
+window shares, describes the memory this process exposes (:func:`_describe`: host memory with
+the memfd :func:`gpumpi._memfd.find` finds for it, if any, or device memory with its adapter)
+and hands that to the runtime, which has the transports expose it, exchanges the members'
 descriptions and reaches every member's memory (:meth:`gpumpi.rma.local.Window.setup`).  A
 communicator with members on several nodes (an MPI launcher's job; the engine's far ranks,
 :func:`gpumpi._services.far_ranks`) gets the runtime across nodes,
@@ -205,7 +205,7 @@ def _allocate(cls, size, disp_unit, info, comm, memory, shared: bool, call: str)
         fd, addr = _memfd.create_mapped(call, "gpumpi-win", length)
         st.base, st.size = addr, n
         try:
-            w = _make(cls, comm, WIN_FLAVOR_ALLOCATE, ("shm", n, unit, (fd, 0, length, addr)), st, call)
+            w = _make(cls, comm, WIN_FLAVOR_ALLOCATE, ("host", n, unit, (addr, n, (fd, 0, length))), st, call)
         except BaseException:
             _memfd.unmap(addr, length)
             raise
@@ -226,24 +226,26 @@ def _allocate(cls, size, disp_unit, info, comm, memory, shared: bool, call: str)
     pid, rfd = comm.bcast(desc, 0)
     try:
         if comm._rank != 0:
-            mine = _memfd.open_peer(pid, rfd)
-            try:
-                addr = _memfd.map_shared(call, total, mine)
-            finally:
-                os.close(mine)
+            fd = _memfd.open_peer(pid, rfd)
+            addr = _memfd.map_shared(call, total, fd)
         comm.Barrier()
+        base = addr + offs[comm._rank]
+        st.base, st.size = base, n
+        # every member's memory is in the one file: the members reach it through their own mapping of
+        # it (the shm transport finds the file registered here)
+        _memfd.register(addr, total, fd)
+        try:
+            w = _make(cls, comm, WIN_FLAVOR_SHARED, ("host", n, unit, (base, n, (fd, offs[comm._rank], total))), st,
+                      call)
+        finally:
+            _memfd.unregister(addr)
+    except BaseException:
+        if addr is not None:
+            _memfd.unmap(addr, total)
+        raise
     finally:
         if fd is not None:
             os.close(fd)
-    base = addr + offs[comm._rank]
-    st.base, st.size = base, n
-    # every member's memory is the same file: peers reach it through their own mapping
-    local = ("shm-shared", n, unit, (addr, offs))
-    try:
-        w = _make(cls, comm, WIN_FLAVOR_SHARED, local, st, call)
-    except BaseException:
-        _memfd.unmap(addr, total)
-        raise
     w._st.rt.maps.append((addr, total))
     return w
 
@@ -304,22 +306,11 @@ def _describe(v, unit: int, call: str) -> tuple:
     """What this process exposes, for the window's peers (see :meth:`gpumpi.rma.local.Window.setup`)."""
     if not v.nbytes:
         return ("none", 0, unit, None)
-    if v.kind == "host":
-        found = _memfd.find(v.addr, v.nbytes)
-        if found is not None:
-            fd, off, flen = found
-            return ("shm", v.nbytes, unit, (fd, off, flen, v.addr))
-        from ..ipc import cma
-
-        if not cma.available():
-            raise NotImplementedError(f"{call}: this system refuses cross-memory attach, so peers cannot reach "
-                                      f"private memory; use MPI.Alloc_mem memory or Win.Allocate")
-        return ("cma", v.nbytes, unit, v.addr)
+    if v.kind == "host":  # memory of a memfd (MPI.Alloc_mem) is mapped by the peers, other memory read by them
+        return ("host", v.nbytes, unit, (v.addr, v.nbytes, _memfd.find(v.addr, v.nbytes)))
     from .. import _device
 
-    ad = _device.adapter_for(v.kind if v.kind == "sim" else "device")
-    handle, off = ad.ipc_export(v.addr)
-    return ("dev", v.nbytes, unit, (v.kind if v.kind == "sim" else "device", handle, off, v.addr))
+    return ("device", v.nbytes, unit, (_device.adapter_for(v.kind if v.kind == "sim" else "device"), v.addr, v.nbytes))
 
 
 def _bytes_of(a):

@@ -9,28 +9,38 @@ it exposes, the descriptions are all-gathered, and each member maps or opens the
 others' memory once.  After that every operation is carried out by the origin
 alone, at call time, so a target asleep outside gpumpi delays nothing.
 
-How an origin reaches a target's memory (one :class:`Region` per member):
+How an origin reaches a target's memory: through the transports, never by itself.  Each
+member asks the one-sided region transports (``ONE_SIDED`` in :mod:`gpumpi.ipc.base`,
+those with ``ATOMICS`` first) to expose its memory; the first that reaches every other
+member and can expose that memory wins, and its description travels to the members, who
+attach it (:func:`gpumpi.ipc.base.expose`, :func:`~gpumpi.ipc.base.attach`).  So the
+route is agreed once, at creation, and every origin -- the owner included -- reaches a
+member's memory the same way.  Today that means:
 
-* ``direct`` -- the memory is addressable here: it is this process's own memory,
-  or a peer's memfd mapped here (``Win.Allocate``, ``Allocate_shared``, and
-  ``Win.Create`` on ``MPI.Alloc_mem`` memory, found through
-  :func:`gpumpi._memfd.find`), or simulated device memory opened by its IPC
-  handle.  Put/Get are NumPy copies through the datatype plans.
-* ``cma`` -- a peer's private memory (``Win.Create`` on a NumPy array or a
-  bytearray, dynamic windows): ``process_vm_writev``/``readv`` by block run.
-* ``device`` -- device memory, ours or a peer's opened by its IPC handle: copies
-  on gpumpi's copy stream, synchronized before the call returns; accumulates and
-  compare-and-swap are device atomics in kernels the origin launches on the
-  mapped memory (:mod:`gpumpi.kernels.atomics`).  Simulated device memory takes
-  this path too, through the simulated adapter (whose "kernels" are the host
-  instructions on its shared mapping, atomic between processes).
+* ``shm`` -- memory of a memfd (``Win.Allocate``, ``Allocate_shared``, ``Win.Create`` on
+  ``MPI.Alloc_mem`` memory, found through :func:`gpumpi._memfd.find`): every member maps it
+  (a shared window's one segment through each member's own mapping), atomically updated
+  with the CPU's instructions;
+* ``cma`` -- a peer's private memory (``Win.Create`` on a NumPy array or a bytearray,
+  dynamic windows): ``process_vm_writev``/``readv`` by block run; no atomics;
+* ``self`` -- a window of one member: its own memory;
+* ``cuda_ipc`` (``self`` for one member) -- device memory, ours or a peer's opened by its
+  IPC handle: copies on gpumpi's copy stream, synchronized before the call returns;
+  accumulates and compare-and-swap are device atomics in kernels the origin launches on
+  the mapped memory (:mod:`gpumpi.kernels.atomics`).  Simulated device memory takes this
+  path too, through the simulated adapter (whose "kernels" are the host instructions on
+  its shared mapping, atomic between processes).
 
-Accumulates are element-wise atomic.  Where every origin updates the same
-physical memory with the CPU (mapped memory: ``Region.atomic``) and the element
-type has an atomic instruction (:func:`gpumpi.kernels.atomics.supported`), each
+A member's :class:`Region` holds the transport's remote (:class:`gpumpi.ipc.base.Remote`)
+and copies its ``base``, ``mapped`` and ``atomic``: where the memory is mapped here, puts
+and gets are NumPy copies through the datatype plans; elsewhere byte runs go through the
+remote's ``read``/``write``.  The control blocks are exposed the same way (memfds: ``shm``).
+
+Accumulates are element-wise atomic.  Where the route is atomic (``Region.atomic``:
+every origin updates the same physical memory with the CPU, or with device kernels) and
+the element type has an atomic instruction (the remote's ``supported``), each
 element is updated with one (``atomicrmw``, or a ``cmpxchg`` loop);
-``Fetch_and_op`` and ``Compare_and_swap`` are one instruction each.  Device
-windows use device atomics for the same types.  Everywhere else (private memory by
+``Fetch_and_op`` and ``Compare_and_swap`` are one instruction each.  Everywhere else (private memory by
 CMA, complex, ``long double`` and pair types)
 an accumulate holds the target's *accumulate lock* for its read-modify-write, and
 every origin takes the same path for that target, so updates never interleave.  So
@@ -59,7 +69,7 @@ the runtime is reached only through :mod:`gpumpi._services`.
 Synchronization calls are checked by :class:`gpumpi.rma.epochs.Epochs` before they
 act.  After every change of the lock epochs, :attr:`Window.near` lists the targets that
 the open passive target epoch includes and whose memory is mapped here
-(``Region.atomic``): ``Win``'s near path (:mod:`gpumpi.rma.near`) serves those without
+(``Region.mapped`` and ``atomic``): ``Win``'s near path (:mod:`gpumpi.rma.near`) serves those without
 asking the epochs again.  ``Fence`` is a barrier on the window's private communicator
 (operations are complete when issued, so a fence only orders); ``Post``/``Complete``
 bump the peer's counter, ``Start`` and ``Wait`` wait for them (``Start`` lazily, at the
@@ -77,6 +87,8 @@ import os
 import numpy as np
 
 from .. import _memfd, _services
+from ..ipc import base
+from ..ipc.onesided import atomics
 from .._arrays import PEEK_OK
 from ..constants import LOCK_EXCLUSIVE, MODE_NOCHECK
 from ..datatypes.plan import plan_for
@@ -91,19 +103,6 @@ ATTACH_MAX = 256
 _LOCK, _ACC, _SEQ, _NATT, _HDR = 0, 1, 2, 3, 8
 
 
-_ATOMICS: list = []
-
-
-def atomics():
-    """:mod:`gpumpi.kernels.atomics`, imported on first use (it compiles with numba)."""
-    if _ATOMICS:
-        return _ATOMICS[0]
-    from ..kernels import atomics as A
-
-    _ATOMICS.append(A)
-    return A
-
-
 def _raw_array(addr: int, nbytes: int) -> np.ndarray:
     """A writable ``uint8`` array over ``nbytes`` bytes at ``addr`` (empty for none)."""
     if nbytes <= 0:
@@ -114,13 +113,15 @@ def _raw_array(addr: int, nbytes: int) -> np.ndarray:
 
 
 class Region:
-    """One member's exposed memory as this process reaches it (see the module notes)."""
+    """One member's exposed memory as this process reaches it (see the module notes): ``rem`` the
+    transport's :class:`gpumpi.ipc.base.Remote` (None: nothing exposed, or the runtime across
+    nodes), whose ``base``, ``mapped`` and ``atomic`` are copied here for the hot paths."""
 
-    __slots__ = ("rank", "wrank", "pid", "mode", "base", "size", "unit", "atomic", "ad", "ctl", "dyn")
+    __slots__ = ("rank", "wrank", "rem", "base", "size", "unit", "mapped", "atomic", "ctl", "dyn")
 
     def __repr__(self) -> str:
-        return (f"<Region rank={self.rank} {self.mode} base={self.base:#x} size={self.size} unit={self.unit}"
-                f"{' atomic' if self.atomic else ''}>")
+        return (f"<Region rank={self.rank} {type(self.rem).__name__} base={self.base:#x} size={self.size} "
+                f"unit={self.unit}{' mapped' if self.mapped else ''}{' atomic' if self.atomic else ''}>")
 
 
 def elements(plan, nbytes: int, unit: int) -> np.ndarray:
@@ -170,7 +171,8 @@ class Window:
         self.consumed_complete = [0] * self.size_n
         self.nocheck_locks: set = set()
         self.attached: list = []  # dynamic: [(address, length)] attached here
-        self.device_stream = None
+        self.remotes: list = []  # what setup reached (base.Remote), each closed at free
+        self.device = False  # some member's memory is device memory (flushes synchronize streams)
         self.freed = False
         self.near: dict = {}  # target -> (base, disp unit, size): see _admit
 
@@ -186,7 +188,7 @@ class Window:
             return
         for r in (range(self.size_n) if a == "lock_all" else self.epochs.locks):
             g = self.regions[r]
-            if g.atomic and not g.dyn:
+            if g.mapped and g.atomic and not g.dyn:
                 near[r] = (g.base, g.unit, g.size)
 
     # -- control words -----------------------------------------------------------------------
@@ -204,67 +206,67 @@ class Window:
 
     # -- creation ----------------------------------------------------------------------------
     def setup(self, local: tuple, call: str) -> None:
-        """Exchange the members' descriptions and reach every member's memory.
+        """Expose this process's memory and control block, exchange the descriptions, and reach
+        every member's memory through the transport that exposed it.
 
-        ``local`` is ``(kind, size, unit, extra)``: kind ``'shm'`` (extra: ``(fd, offset,
-        file length, address)``), ``'shm-shared'`` (extra: ``(address of our mapping of the
-        one shared file, every member's offset in it)``), ``'cma'`` (extra: address), ``'dev'`` (extra: ``(adapter
-        kind, IPC handle, offset, address)``), ``'dyn'`` or ``'none'``."""
-        pid = os.getpid()
-        descs = self.comm.allgather((pid, self.ctl_fd, local))
+        ``local`` is ``(kind, size, unit, mem)``: kind ``'host'`` (``mem``: ``(address, size,
+        memfd (fd, offset, file length) or None)``), ``'device'`` (``mem``: ``(adapter,
+        address, size)``), ``'dyn'`` (memory attached later: every address of this process)
+        or ``'none'`` (nothing exposed)."""
+        kind, size, unit, mem = local
+        members = self.rw
+        me = members[self.me]
+        host = _services.regions("host")
+        ctl = base.expose(host, me, members, (self.ctl, self.ctl_len, (self.ctl_fd, 0, _memfd.round_pages(self.ctl_len))))
+        if ctl is None:  # pragma: no cover - the shm transport maps memfds on every node
+            raise error(ERR_ARG, f"{call}: no transport maps the window's control block for its members")
+        exposed = None
+        if kind in ("host", "dyn"):
+            exposed = base.expose(host, me, members, mem if kind == "host" else (0, None, None))
+        elif kind == "device":
+            exposed = base.expose(_services.regions("device"), me, members, mem)
+        descs = self.comm.allgather((ctl, kind, size, unit, exposed))
+        for r, (_c, rkind, _s, _u, rexp) in enumerate(descs):  # every member fails alike, none hangs
+            if rexp is None and rkind == "device":
+                raise NotImplementedError(f"{call}: no transport exposes rank {r}'s device memory to the other "
+                                          f"members (memory CUDA IPC cannot export: pool or managed memory?); use "
+                                          f"Win.Allocate(memory='device')")
+            if rexp is None and rkind != "none":
+                raise NotImplementedError(f"{call}: no transport reaches rank {r}'s private memory from the other "
+                                          f"members (cross-memory attach is refused here, or off: GPUMPI_CMA); use "
+                                          f"MPI.Alloc_mem memory or Win.Allocate")
         try:
-            for r, (rpid, rctl_fd, (kind, size, unit, extra)) in enumerate(descs):
+            for r, (rctl, rkind, rsize, runit, rexp) in enumerate(descs):
                 g = Region()
-                g.rank, g.wrank, g.pid = r, self.rw[r], rpid
-                g.size, g.unit = size, unit
-                g.atomic = False
-                g.ad = None
-                g.dyn = kind == "dyn"
-                if r == self.me:
-                    g.ctl = self.ctl
+                g.rank, g.wrank = r, members[r]
+                g.size, g.unit = rsize, runit
+                g.dyn = rkind == "dyn"
+                g.ctl = self._reach(host, g.wrank, rctl, call).base
+                if rexp is None:
+                    g.rem, g.base, g.mapped, g.atomic = None, 0, True, False
                 else:
-                    g.ctl = self._map_peer(rpid, rctl_fd, _memfd.round_pages(self.ctl_len), 0, call)
-                if kind == "none":
-                    g.mode, g.base = "direct", 0
-                elif kind == "shm":
-                    fd, off, flen, addr = extra
-                    g.mode, g.atomic = "direct", True
-                    g.base = addr if r == self.me else self._map_peer(rpid, fd, flen, off, call)
-                elif kind == "shm-shared":  # one file for all: our own mapping of it
-                    g.mode, g.atomic = "direct", True
-                    g.base = local[3][0] + local[3][1][r]
-                elif kind in ("cma", "dyn"):
-                    g.mode = "direct" if r == self.me else "cma"
-                    g.base = extra if kind == "cma" else 0
-                else:  # device memory
-                    adkind, handle, off, addr = extra
-                    from .. import _device
-
-                    ad = _device.adapter_for(adkind)
-                    if r == self.me:
-                        base = addr
-                    else:
-                        base = ad.ipc_open(handle) + off
-                        self.on_free.append(lambda ad=ad, b=base - off: ad.ipc_close(b))
-                    g.base, g.mode, g.ad = base, "device", ad  # the simulated device takes the same path
+                    regions = _services.regions("device" if rkind == "device" else "host")
+                    rem = self._reach(regions, g.wrank, rexp, call)
+                    g.rem, g.base, g.mapped, g.atomic = rem, rem.base, rem.mapped, rem.atomic
                 self.regions.append(g)
-            self.comm.Barrier()  # every peer has opened our descriptors
+            self.device = any(rem.device is not None for rem in self.remotes)
+            self.comm.Barrier()  # every peer has reached what we exposed
         finally:
             for fd in self.fds:
                 os.close(fd)
             self.fds = []
 
-    def _map_peer(self, pid: int, fd: int, length: int, off: int, call: str) -> int:
+    def _reach(self, regions, peer: int, exposed, call: str):
+        """A member's memory (``exposed``: ``(transport ident, description)``), released at free."""
         try:
-            mine = _memfd.open_peer(pid, fd)
+            rem = base.attach(regions, exposed[0], peer, exposed[1], _services.copy_stream)
+        except base.PeerGone:
+            raise error(ERR_PROC_FAILED, f"{call}: the process of rank {peer} failed") from None
         except OSError as exc:
-            raise error(ERR_ARG, f"{call}: cannot open a peer's window memory (pid {pid}, fd {fd}: {exc})") from None
-        try:
-            addr = _memfd.map_shared(call, length, mine)
-        finally:
-            os.close(mine)
-        self.maps.append((addr, length))
-        return addr + off
+            raise error(ERR_ARG, f"{call}: cannot reach rank {peer}'s window memory ({exc})") from None
+        self.on_free.append(rem.close)
+        self.remotes.append(rem)
+        return rem
 
     def close(self) -> None:
         """Release what creation made (after the freeing barrier)."""
@@ -488,20 +490,9 @@ class Window:
         atomics().fence()
 
     def _sync_device(self) -> None:
-        s = self.device_stream
-        if s is not None:
-            for ad, st in s.values():
-                ad.stream_synchronize(st)
-
-    def _stream(self, ad):
-        """``(adapter, gpumpi's copy stream on it)`` for device windows' copies and kernels."""
-        d = self.device_stream
-        if d is None:
-            d = self.device_stream = {}
-        e = d.get(ad.name)
-        if e is None:
-            e = d[ad.name] = (ad, _services.copy_stream(ad))
-        return e
+        for rem in self.remotes:
+            if rem.device is not None:
+                rem.sync()
 
     # -- dynamic windows -----------------------------------------------------------------------
     def attach(self, addr: int, nbytes: int, call: str) -> None:
@@ -574,62 +565,36 @@ class Window:
         n = plan.nbytes
         if not n:
             return
-        if g.mode == "direct":
+        if g.mapped:
             plan.unpack_from(packed, _raw_array(addr + plan.lo, plan.hi - plan.lo), plan.lo)
             return
         packed = np.ascontiguousarray(packed)
-        src = packed.ctypes.data
         offs, lens = byte_runs(plan, n)
-        if g.mode == "cma":
-            from ..ipc import cma
-
-            pos = 0
-            for o, ln in zip(offs.tolist(), lens.tolist()):
-                e = cma.write(g.pid, [(src + pos, ln)], 0, addr + o, ln)
-                if e:
-                    self._cma_error(g, e, call)
-                pos += ln
-            return
-        ad, s = self._stream(g.ad)
-        pos = 0
-        for o, ln in zip(offs.tolist(), lens.tolist()):
-            ad.memcpy(addr + o, src + pos, ln, s)
-            pos += ln
-        ad.stream_synchronize(s)
+        self._moved(g, g.rem.write, packed.ctypes.data, [(addr + o, ln) for o, ln in zip(offs.tolist(), lens.tolist())],
+                    call)
 
     def read(self, g: Region, addr: int, plan, call: str) -> np.ndarray:
         n = plan.nbytes
         out = np.empty(n, _U8)
         if not n:
             return out
-        if g.mode == "direct":
+        if g.mapped:
             plan.pack_into(_raw_array(addr + plan.lo, plan.hi - plan.lo), plan.lo, out)
             return out
         offs, lens = byte_runs(plan, n)
-        dst = out.ctypes.data
-        if g.mode == "cma":
-            from ..ipc import cma
-
-            segs = [(addr + o, ln) for o, ln in zip(offs.tolist(), lens.tolist())]
-            e = cma.read(g.pid, segs, dst, n)
-            if e:
-                self._cma_error(g, e, call)
-            return out
-        ad, s = self._stream(g.ad)
-        pos = 0
-        for o, ln in zip(offs.tolist(), lens.tolist()):
-            ad.memcpy(dst + pos, addr + o, ln, s)
-            pos += ln
-        ad.stream_synchronize(s)
+        self._moved(g, g.rem.read, [(addr + o, ln) for o, ln in zip(offs.tolist(), lens.tolist())], out.ctypes.data,
+                    call)
         return out
 
-    def _cma_error(self, g: Region, errno: int, call: str) -> None:
-        from ..ipc import cma
-
-        if errno == 3 or cma.process_gone(g.pid):  # ESRCH
-            raise error(ERR_PROC_FAILED, f"{call}: the target process failed (rank {g.rank})")
-        raise error(ERR_RMA_RANGE, f"{call}: cannot reach rank {g.rank}'s window memory by cross-memory attach "
-                                   f"({os.strerror(errno)})")
+    def _moved(self, g: Region, move, a, b, call: str) -> None:
+        """``move(a, b)`` (a remote's ``read`` or ``write``), its failures as MPI errors."""
+        try:
+            move(a, b)
+        except base.PeerGone:
+            raise error(ERR_PROC_FAILED, f"{call}: the target process failed (rank {g.rank})") from None
+        except OSError as exc:
+            raise error(ERR_RMA_RANGE, f"{call}: cannot reach rank {g.rank}'s window memory "
+                                       f"({exc.strerror or exc})") from None
 
     # -- accumulate ------------------------------------------------------------------------------
     def accumulate(self, g: Region, addr: int, plan, red, dtype, packed, op_name: str, fetch: bool, call: str):
@@ -639,20 +604,16 @@ class Window:
         n = plan.nbytes
         if not n:
             return np.empty(0, _U8) if fetch else None
-        A = atomics()
-        if (g.atomic or g.mode == "device") and dtype is not None and A.supported(op_name, dtype):
+        if g.atomic and dtype is not None and g.rem.supported(op_name, dtype):
             unit = dtype.itemsize
             offs = elements(plan, n, unit)
             vals = np.ascontiguousarray(packed[:n]).view(dtype)
-            if g.mode != "device" and ((addr + plan.lo) % unit if plan.kind == "contig" else True):
+            if g.mapped and ((addr + plan.lo) % unit if plan.kind == "contig" else True):
                 mis = ((addr + offs) % unit) != 0  # contiguous: all or none, by the first
                 if mis.any():
                     return self._misaligned(g, addr, offs, mis, vals, red, op_name, fetch, call)
             old = np.empty(len(vals), dtype) if fetch else None
-            if g.mode == "device":
-                self._device_accumulate(g, addr, offs, vals, op_name, dtype, old)
-            else:
-                A.accumulate(addr, offs, vals, op_name, old)
+            g.rem.accumulate(addr, offs, vals, op_name, old)
             return old.view(_U8) if fetch else None
         return self._locked_accumulate(g, addr, plan, red, packed, op_name, fetch, call)
 
@@ -674,14 +635,13 @@ class Window:
         multiple of their size (MPI sets no alignment rule; an atomic instruction needs one): those
         are read, reduced and written one by one under the target's accumulate lock, the others
         still take their instruction, so every origin of one element and type takes one path."""
-        A = atomics()
         dtype = vals.dtype
         unit = dtype.itemsize
         old = np.empty(len(vals), dtype) if fetch else None
         ok = ~mis
         if ok.any():
             part = np.empty(int(ok.sum()), dtype) if fetch else None
-            A.accumulate(addr, offs[ok], vals[ok], op_name, part)
+            g.rem.accumulate(addr, offs[ok], vals[ok], op_name, part)
             if fetch:
                 old[ok] = part
         self._acc_lock(g, call)
@@ -699,32 +659,9 @@ class Window:
             self._acc_unlock(g)
         return old.view(_U8) if fetch else None
 
-    def _device_accumulate(self, g: Region, addr: int, offs, vals, op_name: str, dtype, old) -> None:
-        """The device kernels on ``g``'s memory: offsets and values staged in device memory."""
-        ad, s = self._stream(g.ad)
-        n = len(vals)
-        tmp = ad.alloc(n * 8 + 2 * n * dtype.itemsize)
-        try:
-            o_dev, v_dev = tmp, tmp + n * 8
-            f_dev = v_dev + n * dtype.itemsize if old is not None else None
-            ad.memcpy(o_dev, offs.ctypes.data, n * 8, s)
-            ad.memcpy(v_dev, vals.ctypes.data, n * dtype.itemsize, s)
-            atomics().device_accumulate(ad, addr, o_dev, v_dev, n, op_name, dtype, f_dev, s)
-            if old is not None:
-                ad.memcpy(old.ctypes.data, f_dev, n * dtype.itemsize, s)
-            ad.stream_synchronize(s)
-        finally:
-            ad.free(tmp)
-
     def compare_and_swap(self, g: Region, addr: int, dtype, origin: np.ndarray, compare: np.ndarray, call: str):
-        A = atomics()
-        if g.mode == "device":
-            ad, s = self._stream(g.ad)
-            return np.frombuffer(A.device_compare_and_swap(ad, addr, compare.tobytes(), origin.tobytes(), dtype, s),
-                                 _U8).copy()
-        if g.atomic and dtype.itemsize in (1, 2, 4, 8) and not addr % dtype.itemsize:
-            return np.array([A.compare_and_swap(addr, compare.view(dtype)[0], origin.view(dtype)[0], dtype)],
-                            dtype).view(_U8)
+        if g.atomic and g.rem.cas_supported(dtype, addr):
+            return np.frombuffer(g.rem.compare_and_swap(addr, compare.tobytes(), origin.tobytes(), dtype), _U8).copy()
         return self._locked_compare_and_swap(g, addr, dtype.itemsize, origin, compare, call)
 
     def _locked_compare_and_swap(self, g: Region, addr: int, size: int, origin, compare, call: str):

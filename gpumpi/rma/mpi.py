@@ -123,7 +123,8 @@ class Window(LocalWindow):
         self.pending_post: set = set()
         self.nocheck_locks: set = set()
         self.attached: list = []
-        self.device_stream = None
+        self.remotes: list = []
+        self.device = False  # the MPI library completes device transfers itself
         self.freed = False
         self.near: dict = {}  # never filled: no target's memory is reached but through MPI
         self.M = self.mc = self.dw = self.cw = None
@@ -144,22 +145,22 @@ class Window(LocalWindow):
         # wider than a byte (Accumulate, Get_accumulate, Fetch_and_op; 5.0.11 from pip): those
         # go by compare-and-swap there (_logical_by_cas)
         self.logical_by_cas = M.Get_library_version().startswith("Open MPI")
-        descs = self.comm.allgather(local)
+        descs = self.comm.allgather(local[:3])
         aware = _services.mpi_cuda_aware()
-        dev = [r for r, d in enumerate(descs) if d[0] == "dev"]
+        dev = [r for r, d in enumerate(descs) if d[0] == "device"]
         if dev and not aware:
             raise error(ERR_UNSUPPORTED_OPERATION,
                         f"{call}: a window over ranks of several nodes exposes device memory (ranks {dev}), and the "
                         f"MPI library does not take device pointers (MPIX_Query_cuda_support; GPUMPI_MPI_CUDA=1 "
                         f"says it does); expose host memory, or create it over the ranks of one node")
-        for r, (kind, size, unit, _extra) in enumerate(descs):
+        for r, (kind, size, unit) in enumerate(descs):
             g = Region()
-            g.rank, g.wrank, g.pid = r, self.rw[r], 0
+            g.rank, g.wrank = r, self.rw[r]
             g.size, g.unit = size, unit
-            g.mode, g.base, g.atomic, g.ad, g.ctl = "mpi", 0, False, None, None
+            g.rem, g.base, g.mapped, g.atomic, g.ctl = None, 0, False, False, None
             g.dyn = kind == "dyn"
             self.regions.append(g)
-        kind, size, _unit, extra = local
+        kind, size, _unit, mem = local
         self.comm.Barrier()  # see the module notes: nobody enters MPI's collectives with transfers pending
         try:
             grp = wcomm.Get_group()
@@ -174,7 +175,7 @@ class Window(LocalWindow):
             elif kind == "none" or not size:
                 self.dw = M.Win.Create(M.BOTTOM, 1, comm=self.mc)
             else:
-                addr = extra if kind == "cma" else extra[3]
+                addr = mem[0] if kind == "host" else mem[1]
                 self.dw = M.Win.Create(M.buffer.fromaddress(addr, size), 1, comm=self.mc)
             self.cw = M.Win.Allocate(8 * _WORDS, 8, comm=self.mc)
             for w in (self.dw, self.cw):

@@ -316,7 +316,7 @@ class Win(Handle):
         g = W.regions[r]
         if g.rank == W.me:
             return self.tomemory(), g.unit
-        if g.mode != "direct" or not g.size:
+        if not g.mapped or not g.size:
             return buffer._make(None, 0, 0, False, "host", None), g.unit
         return buffer._make(None, g.base, g.size, False, "host", self._st), g.unit
 
@@ -409,7 +409,7 @@ class Win(Handle):
             _same_size(msg.nbytes, plan.nbytes, call)
             check_signatures(msg.datatype, ttype, call)
             g = ga[0]
-            if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct":
+            if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mapped:
                 if plan.nbytes:
                     ctypes.memmove(ga[1] + plan.lo, msg.addr + msg.lo, plan.nbytes)  # one copy, no array made
                 return
@@ -442,7 +442,7 @@ class Win(Handle):
             _same_size(msg.nbytes, plan.nbytes, call)
             check_signatures(msg.datatype, ttype, call)
             g = ga[0]
-            if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mode == "direct":
+            if plan.kind == "contig" and msg.contiguous and msg.kind == "host" and g.mapped:
                 if plan.nbytes:
                     ctypes.memmove(msg.addr + msg.lo, ga[1] + plan.lo, plan.nbytes)
                 return
@@ -534,7 +534,7 @@ class Win(Handle):
                 W.await_post(r, call)
             plan = plan_for(ttype, 1)
             g, addr = W.target(r, disp, plan, call)
-            if g.atomic and dtype is not None and res.kind == "host" and msg.kind == "host":
+            if g.mapped and g.atomic and dtype is not None and res.kind == "host" and msg.kind == "host":
                 ct = _CTYPES.get(dtype) if ttype._size == dtype.itemsize else None
                 A = atomics()
                 if ct is not None and A.supported(op._name, dtype) and not (addr + plan.lo) % dtype.itemsize:
@@ -743,7 +743,7 @@ class Win(Handle):
             W = st.rt
             ep = W.epochs
             a = ep.access
-            if (a == "lock_all" or (a == "lock" and rank in ep.locks)) and W.device_stream is None and not W.far:
+            if (a == "lock_all" or (a == "lock" and rank in ep.locks)) and not W.device and not W.far:
                 (NEAR.raw or raw_ops())[1]()
                 return
         try:
