@@ -40,6 +40,7 @@ from .datatypes import *  # noqa: F401,F403
 from .datatypes import Datatype  # noqa: F401
 from .datatypes import plan as _plan  # noqa: F401  (installs Pack/Unpack/Get_address host support)
 from .datatypes import typealign as _typealign, typecode as _typecode  # noqa: F401  (mpi4py.util.dtlib uses them)
+from .datatypes.predefined import TypeDict as _typedict, TypeDictC as _typedict_c, TypeDictF as _typedict_f  # noqa: F401
 from .errors import *  # noqa: F401,F403
 from .errors import (  # noqa: F401
     ERRHANDLER_NULL,
@@ -229,6 +230,59 @@ def _commctx_inter(comm: Intercomm):
     if not isinstance(comm, Intercomm):
         raise TypeError("_commctx_inter: expecting an intercommunicator")
     return _commctx.commctx_inter(comm)
+
+
+# --- what real programs reach below the documented API (mpi4py's "private" names) -----------------
+# ``_typedict`` (typecode -> predefined datatype, as mpi4py's on MPICH: NumPy-based libraries map
+# ``array.dtype.char`` with it), ``_typedict_c`` and ``_typedict_f``: imported above
+_HANDLE_CLASSES = (Datatype, Request, Message, Op, Group, Info, Errhandler, Comm, Win, File, Session)
+
+
+def _sizeof(arg) -> int:
+    """Size in bytes of the underlying MPI handle (mpi4py ``MPI._sizeof``) of an MPI object or
+    class: 20 for a ``Status`` (its fields are laid out as MPICH's ``MPI_Status``), 4 for the
+    handle classes (gpumpi's handle values, :func:`_handleof`, are MPICH's 32-bit integers)."""
+    cls = arg if isinstance(arg, type) else type(arg)
+    if issubclass(cls, Status):
+        return 20
+    if issubclass(cls, _HANDLE_CLASSES):
+        return 4
+    raise TypeError("expecting an MPI type or instance")
+
+
+def _addressof(arg) -> int:
+    """Memory address of the underlying MPI handle (mpi4py ``MPI._addressof``).
+
+    A ``Status`` has its fields in memory, laid out as MPICH's ``MPI_Status``: their address.
+    gpumpi keeps no C-level handle in memory for the other objects -- there is no C MPI
+    library underneath for C code to hand them to -- so those raise ``NotImplementedError``
+    at once, never giving C code a pointer it would misuse later."""
+    if isinstance(arg, Status):
+        return arg._m.buffer_info()[0]
+    if isinstance(arg, _HANDLE_CLASSES):
+        raise NotImplementedError(f"MPI._addressof: gpumpi keeps no C MPI handle in memory ({type(arg).__name__}): "
+                                  f"it has no C API for C code or C extensions to use; run those on mpi4py with a C "
+                                  f"MPI library")
+    raise TypeError("expecting an MPI instance")
+
+
+def _handleof(arg) -> int:
+    """Unsigned integer value of the underlying MPI handle (mpi4py ``MPI._handleof``): gpumpi's
+    handle value, the one ``py2f`` gives, unsigned (MPICH's value for the predefined objects; an index
+    of gpumpi's for the others, meaningful to gpumpi only).  ``NotImplementedError`` for a
+    ``Status``, as mpi4py's."""
+    if isinstance(arg, Status):
+        raise NotImplementedError("MPI._handleof: a Status has no handle")
+    if isinstance(arg, _HANDLE_CLASSES):
+        return arg.py2f() & 0xFFFFFFFF  # py2f is Fortran's signed INTEGER; the handle is unsigned
+    raise TypeError("expecting an MPI instance")
+
+
+def __getattr__(name: str):
+    if name == "__pyx_capi__":  # what a C extension's import_mpi4py() reads first: fail there, clearly
+        raise AttributeError("gpumpi.MPI has no C API (__pyx_capi__): C extensions built against mpi4py's headers "
+                             "(import_mpi4py, PyMPIComm_Get) need mpi4py on a C MPI library")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- memory ---------------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ class buffer(np.ndarray):
         return self._nbytes
 
     def __bool__(self) -> bool:
-        return True
+        return self._nbytes > 0  # as mpi4py's (a sequence): an empty buffer, a BOTTOM window's memory, is false
 
     def __eq__(self, other):
         return self is other
