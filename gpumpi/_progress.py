@@ -71,7 +71,7 @@ from ._failures import Failures
 from ._fastpath.engine import CompiledPath
 from ._frames import FrameHandlers
 from ._matching import Matcher
-from ._xfer import GREQ, RECV, SEND, SENT, Arrival, Xfer
+from ._xfer import FREED, GREQ, RECV, SEND, SENT, Arrival, Xfer
 from ._xfer import Got as _Got
 from ._xfer import SPIN as _SPIN, SPIN_OVERSUBSCRIBED as _SPIN_OVERSUBSCRIBED
 from .constants import ANY_SOURCE
@@ -112,7 +112,8 @@ class Engine(CompiledPath, FrameHandlers, Failures):
         # pass, outside the frame handlers that completed their operations
         self.ready: list = []
         self._advancing = False
-        self.freed_ctx: set = set()  # context ids of freed communicators (stale handle copies fail)
+        FREED.clear()  # a new engine (Init, or after a fork): no communicator of this job freed yet
+        self.freed_ctx = FREED  # context ids of freed communicators (stale handle copies fail)
         self.cancellable: dict = {}
         self.next_msgid = 1
         self.eager_limit, self.far_eager = P.eager_limits(cfg.eager_limit, self.tr.max_payload, cfg.mpi_eager,

@@ -5,10 +5,12 @@ Theory of operation
 The API modules (``comm/``, ``rma/``) validate and delegate; they never import the
 engine or the runtime, never read the engine's attributes and never take its lock.
 What they need of the process's running engine -- wait for an operation, wait until a
-condition holds, run one progress pass, cancel an operation, ask whether a context was
-freed or which ranks failed -- is one function here each, so the engine's inside can
-change (rooms, the compiled path's state) without touching the API surface, and
-``grep`` tells every place an API module reaches the runtime.
+condition holds, run one progress pass, cancel an operation, ask which ranks failed -- is
+one function here each, so the engine's inside can change (rooms, the compiled path's
+state) without touching the API surface, and ``grep`` tells every place an API module
+reaches the runtime.  Two facts are data, read on every call and so not worth a call
+frame: :data:`FREED` (the context ids of freed communicators: ``ctx in FREED``) and
+:data:`SENT` (the shared completed send).
 
 Each function reads ``_runtime.ENGINE`` when called (it is made at ``Init`` and
 replaced after a fork); none keeps state of its own.
@@ -17,9 +19,9 @@ replaced after a fork); none keeps state of its own.
 from __future__ import annotations
 
 from . import _runtime as _rt
-from ._xfer import SENT  # noqa: F401  (the shared completed send; API modules compare with it)
+from ._xfer import FREED, SENT  # noqa: F401  (the freed contexts, the shared completed send: API modules read them)
 
-__all__ = ["SENT", "abort", "backoff", "cancel", "context_freed", "failed_ranks", "free_context", "node_of", "poll",
+__all__ = ["FREED", "SENT", "abort", "backoff", "cancel", "failed_ranks", "free_context", "node_of", "poll",
            "probe_now", "probe_wait", "wait", "wait_until", "world_rank", "world_size",
            # windows
            "copy_stream", "typecheck", "far_ranks", "mpi_world", "mpi_cuda_aware", "regions"]
@@ -49,11 +51,6 @@ def poll() -> None:
 def cancel(x) -> None:
     """Cancel operation ``x`` (MPI_Cancel's semantics: a matched receive is not cancelled)."""
     _rt.ENGINE.cancel(x)
-
-
-def context_freed(ctx: int) -> bool:
-    """Whether context ``ctx`` was freed (through any handle of its communicator)."""
-    return ctx in _rt.ENGINE.freed_ctx
 
 
 def failed_ranks() -> frozenset:

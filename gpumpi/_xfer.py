@@ -18,7 +18,7 @@ from . import _protocol as P
 from .constants import ANY_SOURCE
 from .errors import ERR_OTHER, SUCCESS, error
 
-__all__ = ["Arrival", "EMPTY", "GOT", "GREQ", "Got", "OTHER", "PENDING", "RECV", "RECV_DIRECT", "SEND", "SENT",
+__all__ = ["Arrival", "EMPTY", "FREED", "GOT", "GREQ", "Got", "OTHER", "PENDING", "RECV", "RECV_DIRECT", "SEND", "SENT",
            "SEND_PUSHED", "SLOTTED", "SPIN", "SPIN_OVERSUBSCRIBED", "UNSET", "Xfer", "mpi_failed", "threads"]
 
 #: threads started from Python besides the main one (0: this is the only one)
@@ -130,6 +130,11 @@ SEND_PUSHED = P.step(P.SEND, P.START, "rts_pushed")
 RECV_DIRECT = P.step(P.RECV, P.POSTED, P.DIRECT)
 
 #: The completed send every standard eager send returns (it needs no state of its own).
+#: the context ids of this process's freed communicators (a stale copy of a freed handle fails):
+#: one set for the process's life, which the engine empties when it is made and fills as
+#: communicators are freed; API modules test membership (``ctx in FREED``) without a call
+FREED: set = set()
+
 SENT = Xfer(SEND)
 SENT.done = True
 SENT.state = P.DONE

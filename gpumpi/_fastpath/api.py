@@ -35,7 +35,7 @@ from numpy import ndarray as _ndarray
 
 from .. import _runtime as _rt
 from .._buffers import host_fast, message_simple
-from .._xfer import SENT
+from .._xfer import FREED, SENT
 from ..constants import ANY_SOURCE, ANY_TAG, TAG_UB_VALUE
 from ..datatypes.flatten import sigcode as _sigcode
 from ..errors import Exception as MPIException
@@ -78,49 +78,77 @@ def sending(mode: int):
     The guard of the sending side: ``dest`` and ``tag`` plain valid ints, on a live, unfreed
     communicator; then a whole contiguous NumPy array is written into the ring by one
     compiled call (or pushed ahead to another node).  SEND returns None once sent; ISEND the
-    request; EAGER True when written now (else None, nothing done)."""
+    request; EAGER True when written now (else None, nothing done).
+
+    Each mode is a function of its own, and each begins with the guard's refusal (the general
+    path right after the test): CPython 3.11 specializes a comparison only when its jump is
+    short, and a mode tested inside the body costs a branch per call."""
     def wrap(general):
-        def call(self, buf, dest, tag=0, *, stream=None):
-            eng = _rt.ENGINE
-            ctx = self._ctx
-            if type(dest) is int and type(tag) is int and 0 <= dest < len(self._w) and 0 <= tag <= TAG_UB_VALUE and \
-                    ctx >= 0 and ctx not in eng.freed_ctx:
+        if mode == SEND:
+            def call(self, buf, dest, tag=0, *, stream=None):
+                eng = _rt.ENGINE
+                ctx = self._ctx
+                if not (type(dest) is int and type(tag) is int and 0 <= dest < len(self._w) and
+                        0 <= tag <= TAG_UB_VALUE and ctx >= 0 and ctx not in FREED):
+                    return general(self, buf, dest, tag, stream=stream)
                 try:
                     h = host_fast(buf, False)
-                    w = self._w[dest]
-                    if mode:
-                        if h is not None:
-                            if eng.send_fast(w, self._rank, ctx, tag, h[0], h[1], h[2]):
-                                return Request._of(_SENT_NOW, self, None, buf) if mode == ISEND else True
-                            if mode == ISEND and eng.mtab is not None:  # another node: pushed ahead, compiled
-                                x = eng.isend_far(w, self._rank, ctx, tag, h[0], h[1], h[2])
-                                if x is not None:
-                                    return Request._of(x, self, None, buf)
-                    elif h is not None and (eng.send_fast(w, self._rank, ctx, tag, h[0], h[1], h[2]) or
-                                            eng.mtab is not None and
-                                            eng.push_far(w, self._rank, ctx, tag, h[0], h[1], h[2])):
-                        return None
-                    elif type(buf) is _ndarray:  # declined (too large, frames queued ...), or a dtype without shortcut
-                        m = message_simple(buf, True, dest, 1, "Send")
-                        mem = m.mem
-                        if mem is not None and m.contiguous:
-                            dt = m.datatype
-                            sig = dt._rec.cache.get("sigcode")
-                            x = eng.isend([mem], len(mem), w, self._rank, tag, ctx, _STANDARD, "Send", (m.addr + m.lo,),
-                                          _sigcode(dt) if sig is None else sig)
-                            if x is not SENT:
-                                if not x.done:
-                                    eng.wait(x)
-                                if x.err:
-                                    raise error(x.err, x.errmsg)
+                    if h is not None:
+                        w = self._w[dest]
+                        if eng.send_fast(w, self._rank, ctx, tag, h[0], h[1], h[2]) or \
+                                eng.mtab is not None and eng.push_far(w, self._rank, ctx, tag, h[0], h[1], h[2]):
                             return None
+                    if type(buf) is _ndarray and _send_declined(eng, self, buf, dest, tag, ctx):
+                        return None
                 except MPIException as e:
                     return self._raise(e)
-            return general(self, buf, dest, tag, stream=stream)
+                return general(self, buf, dest, tag, stream=stream)
+        else:
+            isend = mode == ISEND
+
+            def call(self, buf, dest, tag=0, *, stream=None):
+                eng = _rt.ENGINE
+                ctx = self._ctx
+                if not (type(dest) is int and type(tag) is int and 0 <= dest < len(self._w) and
+                        0 <= tag <= TAG_UB_VALUE and ctx >= 0 and ctx not in FREED):
+                    return general(self, buf, dest, tag, stream=stream)
+                try:
+                    h = host_fast(buf, False)
+                    if h is not None:
+                        w = self._w[dest]
+                        if eng.send_fast(w, self._rank, ctx, tag, h[0], h[1], h[2]):
+                            return Request._of(_SENT_NOW, self, None, buf) if isend else True
+                        if isend and eng.mtab is not None:  # another node: pushed ahead, compiled
+                            x = eng.isend_far(w, self._rank, ctx, tag, h[0], h[1], h[2])
+                            if x is not None:
+                                return Request._of(x, self, None, buf)
+                except MPIException as e:
+                    return self._raise(e)
+                return general(self, buf, dest, tag, stream=stream)
 
         return _like(call, general)
 
     return wrap
+
+
+def _send_declined(eng, comm, buf, dest: int, tag: int, ctx: int) -> bool:
+    """A blocking ``Send`` of a whole NumPy array the compiled call declined (too large, frames
+    queued ...) or whose dtype has no shortcut: one parse, then the engine's ``isend``; False
+    when the array is no contiguous memory (the general path takes it)."""
+    m = message_simple(buf, True, dest, 1, "Send")
+    mem = m.mem
+    if mem is None or not m.contiguous:
+        return False
+    dt = m.datatype
+    sig = dt._rec.cache.get("sigcode")
+    x = eng.isend([mem], len(mem), comm._w[dest], comm._rank, tag, ctx, _STANDARD, "Send", (m.addr + m.lo,),
+                  _sigcode(dt) if sig is None else sig)
+    if x is not SENT:
+        if not x.done:
+            eng.wait(x)
+        if x.err:
+            raise error(x.err, x.errmsg)
+    return True
 
 
 def receiving(mode: int):
@@ -130,57 +158,81 @@ def receiving(mode: int):
     valid ints, on a live, unfreed communicator; then a whole contiguous NumPy array is
     received by one compiled call (Irecv: completed now by a message already here, or posted
     lazily, outside the matcher, in order).  GUARD returns True when the receive may take the
-    fast path (nothing done); NOW True when the compiled call received it (else None)."""
+    fast path (nothing done); NOW True when the compiled call received it (else None).  One
+    function per mode, each beginning with the guard's refusal (see :func:`sending`)."""
     def wrap(general):
-        def call(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None, *, stream=None):
-            eng = _rt.ENGINE
-            ctx = self._ctx
-            if type(source) is int and type(tag) is int and -2 <= source < len(self._w) and source != -1 and \
-                    -1 <= tag <= TAG_UB_VALUE and ctx >= 0 and ctx not in eng.freed_ctx:
+        if mode == IRECV:
+            def call(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None, *, stream=None):
+                eng = _rt.ENGINE
+                ctx = self._ctx
+                if not (type(source) is int and type(tag) is int and -2 <= source < len(self._w) and source != -1 and
+                        -1 <= tag <= TAG_UB_VALUE and ctx >= 0 and ctx not in FREED and status is None):
+                    if status is not None:
+                        raise TypeError("Irecv() takes no status (got one)")
+                    return general(self, buf, source, tag, stream=stream)
                 h = host_fast(buf, True)
-                w = source if source < 0 else self._w[source]
-                if mode == IRECV:
-                    if h is not None and status is None:
-                        x = eng.recv_lazy(source, w, tag, ctx, h[0], h[1], h[2], buf)
-                        if x is not None:
-                            return Request._of(x, self, None, buf)
-                elif mode == GUARD:
-                    return None if h is None else True
-                elif (status is None or type(status) is Status) and (h is not None or type(buf) is _ndarray):
-                    try:
-                        if h is not None:
-                            o = eng.recv_fast(source, w, tag, ctx, h[0], h[1], h[2])
-                            if o is not None:
-                                if status is not None:
-                                    src, tg, n, _ = o.tolist()
-                                    status._fill(src, tg, n)
-                                return True if mode == NOW else None
-                        if mode == RECV and type(buf) is _ndarray:  # declined, or a dtype without shortcut
-                            m = message_simple(buf, False, source, 1, "Recv")
-                            mem = m.mem
-                            if mem is not None and m.contiguous:
-                                dt = m.datatype
-                                sig = dt._rec.cache.get("sigcode")
-                                x = eng.irecv(mem, len(mem), source, ANY_SOURCE if source < 0 else w, tag, ctx, "Recv",
-                                              m.addr + m.lo, _sigcode(dt) if sig is None else sig)
-                                if not x.done:
-                                    eng.wait(x)
-                                if status is not None:
-                                    status._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
-                                if x.err:
-                                    raise error(x.err, x.errmsg)
-                                return None
-                    except MPIException as e:
-                        return self._raise(e)
-            if mode == IRECV:
-                if status is not None:
-                    raise TypeError("Irecv() takes no status (got one)")
+                if h is not None:
+                    x = eng.recv_lazy(source, source if source < 0 else self._w[source], tag, ctx, h[0], h[1], h[2],
+                                      buf)
+                    if x is not None:
+                        return Request._of(x, self, None, buf)
                 return general(self, buf, source, tag, stream=stream)
-            return general(self, buf, source, tag, status, stream=stream)
+        elif mode == GUARD:
+            def call(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None, *, stream=None):
+                ctx = self._ctx
+                if not (type(source) is int and type(tag) is int and -2 <= source < len(self._w) and source != -1 and
+                        -1 <= tag <= TAG_UB_VALUE and ctx >= 0 and ctx not in FREED):
+                    return None
+                return None if host_fast(buf, True) is None else True
+        else:
+            now = mode == NOW
+
+            def call(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None, *, stream=None):
+                eng = _rt.ENGINE
+                ctx = self._ctx
+                if not (type(source) is int and type(tag) is int and -2 <= source < len(self._w) and source != -1 and
+                        -1 <= tag <= TAG_UB_VALUE and ctx >= 0 and ctx not in FREED and
+                        (status is None or type(status) is Status)):
+                    return general(self, buf, source, tag, status, stream=stream)
+                h = host_fast(buf, True)
+                try:
+                    if h is not None:
+                        o = eng.recv_fast(source, source if source < 0 else self._w[source], tag, ctx, h[0], h[1], h[2])
+                        if o is not None:
+                            if status is not None:
+                                src, tg, n, _ = o.tolist()
+                                status._fill(src, tg, n)
+                            return True if now else None
+                    if not now and type(buf) is _ndarray and _recv_declined(eng, self, buf, source, tag, status, ctx):
+                        return None
+                except MPIException as e:
+                    return self._raise(e)
+                return general(self, buf, source, tag, status, stream=stream)
 
         return _like(call, general)
 
     return wrap
+
+
+def _recv_declined(eng, comm, buf, source: int, tag: int, status, ctx: int) -> bool:
+    """A blocking ``Recv`` into a whole NumPy array the compiled call declined (another message
+    first, too large) or whose dtype has no shortcut: one parse, then the engine's ``irecv``;
+    False when the array is no contiguous memory (the general path takes it)."""
+    m = message_simple(buf, False, source, 1, "Recv")
+    mem = m.mem
+    if mem is None or not m.contiguous:
+        return False
+    dt = m.datatype
+    sig = dt._rec.cache.get("sigcode")
+    x = eng.irecv(mem, len(mem), source, ANY_SOURCE if source < 0 else comm._w[source], tag, ctx, "Recv",
+                  m.addr + m.lo, _sigcode(dt) if sig is None else sig)
+    if not x.done:
+        eng.wait(x)
+    if status is not None:
+        status._fill(x.st_source, x.st_tag, x.st_nbytes, x.err, x.cancelled)
+    if x.err:
+        raise error(x.err, x.errmsg)
+    return True
 
 
 _send_eager = sending(EAGER)(_nothing)

@@ -27,7 +27,7 @@ from .. import _commctx
 from .. import _ctxid
 from .. import keyval as _keyval
 from .. import _p2p
-from .._services import (abort, context_freed, free_context, wait, world_rank, world_size)
+from .._services import (FREED, abort, free_context, wait, world_rank, world_size)
 from ..constants import (
     ANY_SOURCE,
     ANY_TAG,
@@ -161,7 +161,7 @@ class Comm(PointToPoint, Objects, Collectives, Handle):
     def _check(self, call: str) -> None:
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
-        if context_freed(self._ctx):
+        if self._ctx in FREED:
             raise error(ERR_COMM, f"{call}: invalid communicator (freed through another handle)")
 
     def _raise(self, exc: MPIException):

@@ -23,7 +23,7 @@ from ..collectives import _calls
 from ..collectives import _execute as _coll_exec
 from ..collectives import _lower
 from .. import _p2p
-from .._services import (SENT, context_freed, world_rank)
+from .._services import (FREED, SENT, world_rank)
 from ..constants import (
     COMM_TYPE_SHARED,
     CONGRUENT,
@@ -120,7 +120,7 @@ class Intercomm(Comm):
         """Free the intercommunicator (MPI_Comm_free) and its private local communicator."""
         lc = self._local
         super().Free()
-        if lc is not None and lc._ctx >= 0 and not context_freed(lc._ctx):
+        if lc is not None and lc._ctx >= 0 and lc._ctx not in FREED:
             lc.Free()
 
     def _agree(self, kind: int, call: str, nblocks: int = 2) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from .._fastpath import api as _fastpath
 from .. import _p2p
 from .._partitioned import PartRequest, partitions_of
-from .._services import (SENT, cancel, context_freed, failed_ranks, probe_now, probe_wait,
+from .._services import (FREED, SENT, cancel, failed_ranks, probe_now, probe_wait,
                          wait)
 from ..constants import (
     ANY_SOURCE,
@@ -56,7 +56,7 @@ class PointToPoint:
         """Validate a send: ``(message, world dest, tag)``, or None for PROC_NULL; changes nothing."""
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
-        if context_freed(self._ctx):
+        if self._ctx in FREED:
             raise error(ERR_COMM, f"{call}: invalid communicator (freed through another handle)")
         if dest == PROC_NULL:
             return None
@@ -79,7 +79,7 @@ class PointToPoint:
         """Validate a receive: ``(message, source, world source, tag)``, or None for PROC_NULL."""
         if self._ctx < 0:
             raise error(ERR_COMM, f"{call}: invalid communicator (COMM_NULL)")
-        if context_freed(self._ctx):
+        if self._ctx in FREED:
             raise error(ERR_COMM, f"{call}: invalid communicator (freed through another handle)")
         if source == PROC_NULL:
             return None
