@@ -241,8 +241,13 @@ def cluster_proc_nodeid(proc: int) -> int:
 
 
 def cluster_nprocs(node: int) -> int:
-    """Processes on ``node`` (GA_Cluster_nprocs)."""
-    return sum(1 for n in _nodes() if n == int(node))
+    """Processes on ``node`` (GA_Cluster_nprocs); a negative ``node`` is this process's node, as
+    ARMCI's ``armci_domain_nprocs`` reads it."""
+    nodes = _nodes()
+    node = int(node)
+    if node < 0:
+        node = cluster_nodeid()
+    return sum(1 for n in nodes if n == node)
 
 
 def cluster_procid(node: int, proc: int) -> int:

@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 
+from ..rma import keep_memory
 from . import state
 from ._layout import MAX_DIM, irregular, regular
 from .groups import default_group, group_by_handle, member_comm
@@ -311,10 +313,13 @@ def duplicate(g_a, name: str = "") -> int:
 def destroy(g_a) -> None:
     """Free an array (GA_Destroy). Collective over its group."""
     a = arr(g_a, "destroy", False)
-    if a.accesses:
-        raise GAError(f"destroy: array {a.handle} has {a.accesses} access(es) not released")
     if a.allocated:
         member_comm(a.group, "destroy")
+        if a.accesses:  # GA frees anyway (pnga_destroy does not look); the views must not dangle
+            warnings.warn(f"destroy: array {a.handle} has {a.accesses} access(es) not released; freed as GA does, "
+                          f"their views keep this process's memory of it mapped until exit", RuntimeWarning,
+                          stacklevel=2)
+            keep_memory(a.win)
         a.win.Unlock_all()
         a.views = a.local = a.mem = None
         a.win.Free()

@@ -6,7 +6,8 @@ A process's block is window memory it owns, so it is read and written in place: 
 returns a zero-copy view (NumPy for host arrays, a device array for device arrays) of the
 caller's block, of a patch inside it, or of another member's block mapped on this node; the
 view covers the visible block only, ``access_ghosts`` the block with its ghost layers.  Every
-access is paired with a release (``destroy`` refuses an array with accesses outstanding);
+access is paired with a release -- as in GA, a release without an access does nothing, and
+``destroy`` frees an array with accesses outstanding (warning; their views stay mapped);
 ``release_update`` says the data changed: it completes the device's copies and records the
 write for an open ``fence``.
 
@@ -69,10 +70,12 @@ def access_ghosts(g_a):
 
 
 def _release(g_a, call: str) -> GAArray:
+    """The array, one access fewer.  A release without an access is no error: GA's release does
+    nothing at all (``pnga_release`` is empty), and ga4py's returns at once on a process that owns
+    no data (whose ``access`` gave None): programs release unconditionally."""
     a = arr(g_a, call)
-    if a.accesses <= 0:
-        raise GAError(f"{call}: array {a.handle} has no access to release")
-    a.accesses -= 1
+    if a.accesses > 0:
+        a.accesses -= 1
     return a
 
 

@@ -250,9 +250,11 @@ def _abort(message: str, code: int) -> None:
     mpi().COMM_WORLD.Abort(code)
 
 
-def slices(lo, hi) -> list:
-    """``[slice(l, h), ...]`` (ga4py ``zip``, which ``gpumpi.ga`` exports under that name)."""
-    return [slice(int(l), int(h)) for l, h in zip(lo, hi)]
+def slices(lo, hi) -> tuple:
+    """``(slice(l, h), ...)`` (ga4py ``zip``, which ``gpumpi.ga`` exports under that name).  A tuple:
+    ga4py's list of slices is no NumPy index since NumPy 1.23, and every use of it in GA's own
+    programs indexes an array with it."""
+    return tuple(slice(int(l), int(h)) for l, h in zip(lo, hi))
 
 
 _debug = [0]

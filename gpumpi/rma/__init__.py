@@ -11,8 +11,8 @@ section 12).  One module per concept, imports going down this list:
 * :mod:`gpumpi.rma.origin` -- the origin's side of an operation: its bytes packed and
   unpacked, its types checked;
 * :mod:`gpumpi.rma.local` -- the runtime of a window on one node: every member's memory
-  mapped, attached by CMA, or opened by its device IPC handle; locks and counters in shared
-  control blocks; accumulates by atomic instructions;
+  reached through the transports' one-sided capabilities (:mod:`gpumpi.ipc.base`); locks and
+  counters in shared control blocks; accumulates by atomic instructions;
 * :mod:`gpumpi.rma.mpi` -- the runtime of a window across nodes, carried by the MPI
   library's RMA (same interface as ``local``'s);
 * :mod:`gpumpi.rma.near` -- the near path: one call into machine code for an operation on
@@ -25,6 +25,7 @@ section 12).  One module per concept, imports going down this list:
 The runtime (the progress engine) is reached only through :mod:`gpumpi._services`.
 """
 
+from .creation import keep_memory
 from .win import WIN_NULL, Win
 
-__all__ = ["Win", "WIN_NULL"]
+__all__ = ["Win", "WIN_NULL", "keep_memory"]

@@ -39,7 +39,7 @@ from ..keyval import on_free
 from .local import Window as LocalWindow
 
 __all__ = ["State", "int_arg", "info_dict", "Create", "Allocate", "Allocate_shared", "Create_dynamic", "Attach",
-           "Detach", "Free"]
+           "Detach", "Free", "keep_memory"]
 
 
 class State:
@@ -298,6 +298,14 @@ def Free(self) -> None:
     st.freed = True
     st.keep = st.mem = None
     self._st = None
+
+
+def keep_memory(win) -> None:
+    """Have ``win``'s ``Free`` leave every mapping this process made for it in place, until the
+    process ends: views of the memory outlive the window.  Global Arrays' ``destroy`` frees an
+    array whose accesses were not released (GA's rule), and the views those accesses gave must
+    not dangle."""
+    win._check("keep_memory").rt.keep_memory = True
 
 
 # -- what this process exposes ----------------------------------------------------------------------

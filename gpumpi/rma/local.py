@@ -172,6 +172,7 @@ class Window:
         self.nocheck_locks: set = set()
         self.attached: list = []  # dynamic: [(address, length)] attached here
         self.remotes: list = []  # what setup reached (base.Remote), each closed at free
+        self.keep_memory = False  # Free leaves the memory mapped (gpumpi.rma.creation.keep_memory)
         self.device = False  # some member's memory is device memory (flushes synchronize streams)
         self.freed = False
         self.near: dict = {}  # target -> (base, disp unit, size): see _admit
@@ -274,6 +275,8 @@ class Window:
             return
         self.freed = True
         self.near.clear()
+        if self.keep_memory:  # views of the memory outlive the window (keep_memory): nothing is unmapped
+            self.on_free, self.maps = [], []
         for fn in reversed(self.on_free):
             try:
                 fn()

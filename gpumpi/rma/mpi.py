@@ -124,6 +124,7 @@ class Window(LocalWindow):
         self.nocheck_locks: set = set()
         self.attached: list = []
         self.remotes: list = []
+        self.keep_memory = False
         self.device = False  # the MPI library completes device transfers itself
         self.freed = False
         self.near: dict = {}  # never filled: no target's memory is reached but through MPI
@@ -207,6 +208,8 @@ class Window(LocalWindow):
         self.dw = self.cw = self.mc = None
         from .. import _memfd
 
+        if self.keep_memory:
+            self.maps = []
         for addr, length in self.maps:
             _memfd.unmap(addr, length)
         self.maps = []
