@@ -12,8 +12,8 @@ from setuptools.command.build_py import build_py
 
 PTH = "gpumpi-mpi4py.pth"
 LINE = (
-    "import os; os.environ.get('GPUMPI_MPI4PY', '').strip().lower() not in ('', '0', 'no', 'false', 'off') "
-    "and __import__('gpumpi._mpi4py').__dict__['_mpi4py'].activate()\n"
+    "import os; any(os.environ.get(v, '').strip().lower() not in ('', '0', 'no', 'false', 'off') "
+    "for v in ('GPUMPI_MPI4PY', 'GPUMPI_GA4PY')) and __import__('gpumpi._mpi4py').__dict__['_mpi4py'].activate()\n"
 )
 
 

@@ -278,13 +278,6 @@ def _handleof(arg) -> int:
     raise TypeError("expecting an MPI instance")
 
 
-def __getattr__(name: str):
-    if name == "__pyx_capi__":  # what a C extension's import_mpi4py() reads first: fail there, clearly
-        raise AttributeError("gpumpi.MPI has no C API (__pyx_capi__): C extensions built against mpi4py's headers "
-                             "(import_mpi4py, PyMPIComm_Get) need mpi4py on a C MPI library")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # --- memory ---------------------------------------------------------------------------------------
 _allocs: dict = {}  # id(buffer) -> (buffer, address, memfd), from Alloc_mem until Free_mem
 

@@ -42,17 +42,28 @@ import sys
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
 ENV = "GPUMPI_MPI4PY"
+#: gpumpi's ``ga4py`` package (``ga4py.ga`` is :mod:`gpumpi.ga`, ``ga4py.gain`` :mod:`gpumpi.ga.gain`):
+#: a directory of its own, so that ``--mpi4py`` alone leaves an installed ga4py alone
+GA4PY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim_ga4py")
+GA4PY_ENV = "GPUMPI_GA4PY"
+
+
+def _on(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "no", "false", "off")
 
 
 def enabled() -> bool:
     """True when this process asked for mpi4py programs to run on gpumpi."""
-    return os.environ.get(ENV, "").strip().lower() not in ("", "0", "no", "false", "off")
+    return _on(ENV) or _on(GA4PY_ENV)
 
 
 def activate() -> None:
-    """Put the shim first on ``sys.path`` (the ``.pth`` hook; idempotent)."""
-    if SHIM_DIR not in sys.path:
-        sys.path.insert(0, SHIM_DIR)
+    """Put the shim first on ``sys.path`` (the ``.pth`` hook; idempotent), and gpumpi's ``ga4py``
+    with ``GPUMPI_GA4PY`` (ga4py programs import mpi4py too)."""
+    dirs = [SHIM_DIR, GA4PY_DIR] if _on(GA4PY_ENV) else [SHIM_DIR]
+    for d in reversed(dirs):
+        if d not in sys.path:
+            sys.path.insert(0, d)
 
 
 def _is_shim(spec) -> bool:

@@ -43,7 +43,7 @@ __all__ = ["Job", "Outcome", "RankState", "main", "EXIT_TIMEOUT", "DEFAULT_GRACE
 
 # --- gpumpirun -------------------------------------------------------------------------
 _VALUE_OPTS = {"-n", "-np", "--np", "--timeout", "--grace"}
-_FLAG_OPTS = {"--tag-output", "--mpi4py", "-h", "--help", "--version"}
+_FLAG_OPTS = {"--tag-output", "--mpi4py", "--ga4py", "-h", "--help", "--version"}
 
 
 def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -94,6 +94,12 @@ def _parser() -> argparse.ArgumentParser:
         help="run an unmodified mpi4py program on gpumpi: 'import mpi4py' and 'from mpi4py import MPI' "
         "resolve to gpumpi (as GPUMPI_MPI4PY=1 does for programs started by another launcher)",
     )
+    p.add_argument(
+        "--ga4py",
+        action="store_true",
+        help="run an unmodified ga4py program on gpumpi: 'from ga4py import ga' (and gain) resolve to gpumpi.ga "
+        "(implies --mpi4py: ga4py programs import mpi4py too; GPUMPI_GA4PY=1 for other launchers)",
+    )
     p.add_argument("--version", action="version", version=f"gpumpirun (gpumpi) {__version__}")
     return p
 
@@ -114,13 +120,18 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def _env(ns: argparse.Namespace) -> dict[str, str]:
-    """The job's extra environment: ``--mpi4py`` puts gpumpi's ``mpi4py`` package first on PYTHONPATH."""
-    if not ns.mpi4py:
+    """The job's extra environment: ``--mpi4py`` puts gpumpi's ``mpi4py`` package first on PYTHONPATH,
+    ``--ga4py`` its ``ga4py`` package too."""
+    if not (ns.mpi4py or ns.ga4py):
         return {}
-    from ._mpi4py import ENV, SHIM_DIR
+    from ._mpi4py import ENV, GA4PY_DIR, GA4PY_ENV, SHIM_DIR
 
     path = os.environ.get("PYTHONPATH", "")
-    return {ENV: "1", "PYTHONPATH": SHIM_DIR + (os.pathsep + path if path else "")}
+    dirs = [SHIM_DIR, GA4PY_DIR] if ns.ga4py else [SHIM_DIR]
+    env = {ENV: "1", "PYTHONPATH": os.pathsep.join(dirs + ([path] if path else []))}
+    if ns.ga4py:
+        env[GA4PY_ENV] = "1"
+    return env
 
 
 def main(argv: Sequence[str] | None = None) -> int:

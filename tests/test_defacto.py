@@ -116,12 +116,13 @@ def test_no_c_handle_in_memory_fails_at_once():
             fn(3)
 
 
-def test_a_c_extension_asking_for_the_c_api_is_told_there_is_none():
+def test_a_c_extension_asking_for_the_c_api_fails_at_its_import():
+    """import_mpi4py() (a C extension built on mpi4py's headers) reads ``MPI.__pyx_capi__`` first:
+    there is none, so the extension's import fails at once.  (No module ``__getattr__`` makes the
+    message friendlier: it would cost every ``MPI.X`` lookup CPython's specialized module-attribute
+    load, measured +270 instructions per ``win.Fetch_and_op(..., MPI.SUM)``.)"""
     assert not hasattr(MPI, "__pyx_capi__")
-    with pytest.raises(AttributeError, match="no C API"):
-        MPI.__pyx_capi__  # noqa: B018  (what import_mpi4py() reads first)
-    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
-        MPI.nothing_here  # noqa: B018
+    assert "__getattr__" not in vars(MPI)
 
 
 def test_bottom_window_memory_is_false_as_mpi4pys(ref):
