@@ -166,8 +166,10 @@ class ndarray:
 
     ``ndarray(shape, dtype=float)`` creates the array (contents undefined, as ``numpy.empty``)
     and is collective; it returns a NumPy array when :func:`should_distribute` says no.
-    ``buffer``, ``offset``, ``strides`` and Fortran ``order`` are not supported
-    (``NotImplementedError``).  ``base=`` adopts an existing GA handle (see :func:`from_ga`).
+    ``buffer`` (with ``offset``, ``strides``: read as ``numpy.ndarray(shape, dtype, buffer,
+    offset, strides)``, equal on every rank) gives the contents: GA's gain's way to distribute
+    a NumPy array (``asarray`` returns NumPy arrays as they are).  Fortran ``order`` is not
+    supported (``NotImplementedError``).  ``base=`` adopts an existing GA handle (see :func:`from_ga`).
     """
 
     __hash__ = None  # comparisons are element-wise, as NumPy's
@@ -182,8 +184,8 @@ class ndarray:
 
     def __init__(self, shape, dtype=float, buffer=None, offset=0, strides=None, order=None, base=None):
         self._handle = None
-        if buffer is not None or offset or strides is not None:
-            raise NotImplementedError("gain.ndarray: buffer, offset and strides are not supported (gpumpi)")
+        if buffer is None and (offset or strides is not None):
+            raise TypeError("gain.ndarray: offset and strides need a buffer")
         if order not in (None, "C"):
             raise NotImplementedError(f"gain.ndarray: only C order is supported (order {order!r}) (gpumpi)")
         self._shape = _shape_tuple(shape)
@@ -202,6 +204,19 @@ class ndarray:
         self._serial = _serial.get(group, 0)
         _serial[group] = self._serial + 1
         self._handle = handle
+        if buffer is not None:
+            src = np.ndarray(self._shape, self._dtype, buffer, offset, strides)
+            self._scatter_from(src)
+
+    def _scatter_from(self, src: np.ndarray) -> None:
+        """Each rank copies its block out of ``src`` (the whole array, equal on every rank)."""
+        sync()
+        loc = self.access()
+        if loc is not None:
+            lo, hi = self.distribution()
+            loc[...] = src[tuple(slice(int(l), int(h)) for l, h in zip(lo, hi))]
+            self.release_update()
+        sync()
 
     # -- lifetime
     @property
@@ -457,13 +472,7 @@ def asarray(a, dtype=None, order=None):
     if not should_distribute(npa.shape):
         return npa
     g = ndarray(npa.shape, npa.dtype)
-    sync()
-    loc = g.access()
-    if loc is not None:
-        lo, hi = g.distribution()
-        loc[...] = npa[tuple(slice(int(l), int(h)) for l, h in zip(lo, hi))]
-        g.release_update()
-    sync()
+    g._scatter_from(npa)
     return g
 
 

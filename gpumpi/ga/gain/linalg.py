@@ -46,6 +46,8 @@ def dot(a, b, out=None):
     if not (is_distributed(a) or is_distributed(b) or is_distributed(out)):
         return np.dot(a, b, out)
     if np.ndim(a) == 0 or np.ndim(b) == 0:
+        # np.dot makes the scalar an array first: its dtype is strong (dot(6, float32) is float64)
+        a, b = (x if is_distributed(x) else np.asarray(x) for x in (a, b))
         return UFUNCS["multiply"](a, b, out=out)
     dt = np.result_type(a.dtype if is_distributed(a) else np.asarray(a).dtype,
                         b.dtype if is_distributed(b) else np.asarray(b).dtype)

@@ -99,9 +99,12 @@ def _array_ufunc(self, uf, method, *inputs, **kw):
         if isinstance(out, tuple) and len(out) == 1:
             out = out[0]
         return elementwise(uf, list(inputs), out, f"gain.{uf.__name__}", uf.nout, **kw)
-    if method == "reduce" and len(inputs) == 1:
-        return reduce_array(uf, inputs[0], kw.pop("axis", 0), kw.pop("dtype", None), kw.pop("out", None),
-                            kw.pop("keepdims", False), f"gain.{uf.__name__}.reduce") if not kw else NotImplemented
+    if method == "reduce" and len(inputs) == 1 and set(kw) <= {"axis", "dtype", "out", "keepdims"}:
+        out = kw.get("out")
+        if isinstance(out, tuple):
+            out = out[0] if len(out) == 1 else out
+        return reduce_array(uf, inputs[0], kw.get("axis", 0), kw.get("dtype"), out, kw.get("keepdims", False),
+                            f"gain.{uf.__name__}.reduce")
     return NotImplemented
 
 
