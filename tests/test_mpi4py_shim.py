@@ -82,6 +82,42 @@ def test_launcher_puts_the_shim_first_and_keeps_pythonpath(monkeypatch):
     assert _env(ns) == {}
 
 
+def test_ga4py_flag_puts_both_packages_first(monkeypatch):
+    from gpumpi.launch import _env, _parse
+
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    ns, _ = _parse(["--ga4py", "-n", "2", "prog.py"])
+    assert _env(ns) == {"GPUMPI_MPI4PY": "1", "GPUMPI_GA4PY": "1",
+                        "PYTHONPATH": os.pathsep.join([_mpi4py.SHIM_DIR, _mpi4py.GA4PY_DIR, "/somewhere"])}
+
+
+GA4PY_PROG = """
+import mpi4py
+from mpi4py import MPI
+from ga4py import ga, gain
+import gpumpi.ga, gpumpi.ga.gain
+a = gain.arange(12)
+print(ga is gpumpi.ga, gain is gpumpi.ga.gain, mpi4py.__gpumpi__, MPI.COMM_WORLD.Get_size(), float(a.sum()))
+a.free()
+"""
+
+
+def test_unmodified_ga4py_program_under_the_ga4py_flag():
+    cmd = [sys.executable, "-m", "gpumpi.launch", "--ga4py", "-n", "2", "--timeout", "60", sys.executable, "-c",
+           GA4PY_PROG]
+    p = _run(cmd)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:2] == ["True True True 2 66.0"] * 2
+
+
+def test_mpi4py_flag_alone_leaves_ga4py_unresolved():
+    cmd = [sys.executable, "-m", "gpumpi.launch", "--mpi4py", "-n", "1", "--timeout", "60", sys.executable, "-c",
+           "import importlib.util; s = importlib.util.find_spec('ga4py'); print(s and s.origin)"]
+    p = _run(cmd)
+    assert p.returncode == 0, p.stderr
+    assert "_shim_ga4py" not in p.stdout  # an installed ga4py (or none), never gpumpi's
+
+
 def test_env_variable_through_the_installed_pth(tmp_path):
     """GPUMPI_MPI4PY=1 in any Python (another launcher): the .pth installed beside gpumpi activates the shim."""
     pth = os.path.join(sysconfig.get_paths()["purelib"], "gpumpi-mpi4py.pth")
