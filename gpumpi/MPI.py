@@ -269,10 +269,10 @@ def _addressof(arg) -> int:
 def _handleof(arg) -> int:
     """Unsigned integer value of the underlying MPI handle (mpi4py ``MPI._handleof``): gpumpi's
     handle value, the one ``py2f`` gives, unsigned (MPICH's value for the predefined objects; an index
-    of gpumpi's for the others, meaningful to gpumpi only).  ``NotImplementedError`` for a
-    ``Status``, as mpi4py's."""
+    of gpumpi's for the others, meaningful to gpumpi only).  For a ``Status``, the address of its
+    fields, as mpi4py 4.1's."""
     if isinstance(arg, Status):
-        raise NotImplementedError("MPI._handleof: a Status has no handle")
+        return arg._m.buffer_info()[0]
     if isinstance(arg, _HANDLE_CLASSES):
         return arg.py2f() & 0xFFFFFFFF  # py2f is Fortran's signed INTEGER; the handle is unsigned
     raise TypeError("expecting an MPI instance")

@@ -107,8 +107,8 @@ def test_no_c_handle_in_memory_fails_at_once():
     for obj in (MPI.COMM_WORLD, MPI.INT, MPI.SUM, MPI.GROUP_EMPTY):
         with pytest.raises(NotImplementedError, match="no C API"):
             MPI._addressof(obj)
-    with pytest.raises(NotImplementedError):
-        MPI._handleof(MPI.Status())
+    st = MPI.Status()
+    assert MPI._handleof(st) == MPI._addressof(st)  # mpi4py 4.1.2's answer for a Status
     for fn in (MPI._sizeof, MPI._addressof, MPI._handleof):
         with pytest.raises(TypeError):
             fn(None)
