@@ -291,3 +291,31 @@ def _dups_keep_topology():
 def test_every_duplicate_keeps_the_topology(n):
     for res in run_ranks(_dups_keep_topology, n, timeout=60):
         assert res == ["Cartcomm", "Cartcomm", True, True]
+
+
+def _disconnect_one_sided():
+    """distwq's exit: workers Disconnect the communicator their broker never disconnects (it only
+    drops it).  MPICH frees without a barrier; so must gpumpi, or the workers hang."""
+    from gpumpi import MPI
+
+    world = MPI.COMM_WORLD
+    me = world.Get_rank()
+    sub = world.Dup()
+    got = sub.bcast(me * 10 if me == 0 else None, root=0)
+    if me == 0:
+        keep = sub  # the "broker": never disconnects, never frees
+    else:
+        sub.Disconnect()
+        keep = None
+    world.Barrier()  # reached by everyone: nobody waits in Disconnect for the broker
+    try:
+        MPI.COMM_WORLD.Disconnect()
+        refused = False
+    except MPI.Exception as e:
+        refused = e.Get_error_class() == MPI.ERR_COMM
+    return got == 0 and refused and (keep is not None) == (me == 0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_disconnect_frees_without_waiting_for_the_others_as_mpich(n):
+    assert run_ranks(_disconnect_one_sided, n, timeout=60) == [True] * n

@@ -506,9 +506,12 @@ class Comm(PointToPoint, Objects, Collectives, Handle):
         return CLASSES["inter"]()
 
     def Disconnect(self) -> None:
-        """Disconnect (MPI_Comm_disconnect): collective; once every member has called it
-        (a barrier), the communicator is freed, so every message sent on it before was
-        posted by its sender."""
+        """Disconnect (MPI_Comm_disconnect): free the communicator, as MPICH does
+        (``MPID_Comm_disconnect`` is ``MPIR_Comm_free_impl``, with no barrier).  The standard
+        calls it collective, but real programs disconnect on one side and merely drop the
+        communicator on the other (distwq's workers disconnect the communicator their broker
+        never does): a barrier here hung them; operations in flight on it complete as after
+        ``Free``."""
         call = "Comm.Disconnect"
         try:
             self._check(call)
@@ -516,7 +519,6 @@ class Comm(PointToPoint, Objects, Collectives, Handle):
                 raise error(ERR_COMM, f"{call}: cannot disconnect a predefined communicator ({self._name})")
         except MPIException as e:
             self._raise(e)
-        self.Barrier()
         self.Free()
 
     # --- info hints -----------------------------------------------------------------------
