@@ -172,6 +172,7 @@ from .mirrored import (  # noqa: F401
     merge_distr_patch,
     merge_mirrored,
 )
+from .stats import print_stats  # noqa: F401
 from .unsupported import (  # noqa: F401
     access_block,
     access_block_grid,
@@ -180,7 +181,6 @@ from .unsupported import (  # noqa: F401
     deregister_type,
     get_block_info,
     print_file,
-    print_stats,
     register_dtype,
     register_type,
     release_block,

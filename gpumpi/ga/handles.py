@@ -37,7 +37,7 @@ import warnings
 import numpy as np
 
 from ..rma import keep_memory
-from . import state
+from . import state, stats
 from ._layout import MAX_DIM, irregular, regular
 from .groups import default_group, group_by_handle, member_comm
 from .state import TYPE_CODES, GAArray, GAError, as_ints, drop_state, dtype, initialize, mpi, started
@@ -183,6 +183,7 @@ def allocate(g_a) -> bool:
     a.win = MPI.Win.Allocate(nbytes, a.dtype.itemsize, comm=comm, memory=a.memory)
     a.win.Lock_all(MPI.MODE_NOCHECK)
     st.used += nbytes
+    stats.memory(st.used)
     _map_views(a)
     # accumulates: where every member maps every member's memory, a per-target lock and an
     # in-place NumPy add (GA's ARMCI way, memory bandwidth); else the window's element-wise
@@ -198,6 +199,7 @@ def allocate(g_a) -> bool:
             a.lockaddr = [w.__array_interface__["data"][0] for w in words]
             a.lockkeep = words
     a.allocated = True
+    stats.moved(stats.CREATE, 0, 0, 0)
     return True
 
 
@@ -315,6 +317,7 @@ def destroy(g_a) -> None:
     a = arr(g_a, "destroy", False)
     if a.allocated:
         member_comm(a.group, "destroy")
+        stats.moved(stats.DESTROY, 0, 0, 0)
         if a.accesses:  # GA frees anyway (pnga_destroy does not look); the views must not dangle
             warnings.warn(f"destroy: array {a.handle} has {a.accesses} access(es) not released; freed as GA does, "
                           f"their views keep this process's memory of it mapped until exit", RuntimeWarning,

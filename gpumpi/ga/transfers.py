@@ -40,7 +40,7 @@ import math
 
 import numpy as np
 
-from . import state
+from . import state, stats
 from ._layout import check_patch, patch_size, periodic_pieces, strided_shape
 from .buffers import (
     basic_type,
@@ -117,10 +117,25 @@ def _pieces_of(a: GAArray, lo, hi) -> list:
     return out
 
 
+def _count(kind: int, a: GAArray, plan) -> None:
+    """GA's statistics of one patch call (:mod:`gpumpi.ga.stats`)."""
+    me = a.me
+    total = remote = 0
+    for pc in plan:
+        n = math.prod(pc.sub)
+        total += n
+        if pc.proc != me:
+            remote += n
+    size = a.dtype.itemsize
+    stats.moved(kind, len(plan), total * size, remote * size)
+
+
 def _do_put(a: GAArray, buf, lo, hi) -> None:
     shape = None
     dev = is_device(buf)
-    for pc in _plan(a, lo, hi):
+    plan = _plan(a, lo, hi)
+    _count(stats.PUT, a, plan)
+    for pc in plan:
         v = a.views[pc.proc]
         if v is not None and not dev:
             v[pc.tgt] = buf[pc.src]
@@ -134,7 +149,9 @@ def _do_put(a: GAArray, buf, lo, hi) -> None:
 def _do_get(a: GAArray, buf, lo, hi) -> None:
     shape = None
     dev = is_device(buf)
-    for pc in _plan(a, lo, hi):
+    plan = _plan(a, lo, hi)
+    _count(stats.GET, a, plan)
+    for pc in plan:
         v = a.views[pc.proc]
         if v is not None and not dev:
             buf[pc.src] = v[pc.tgt]
@@ -148,7 +165,9 @@ def _do_acc(a: GAArray, buf, lo, hi) -> None:
     MPI = mpi()
     shape = tuple(h - l for l, h in zip(lo, hi))
     dev = is_device(buf)
-    for pc in _plan(a, lo, hi):
+    plan = _plan(a, lo, hi)
+    _count(stats.ACC, a, plan)
+    for pc in plan:
         if a.acclock is not None and not dev:
             _lock_acc(a, pc.proc, "acc")
             try:
@@ -289,6 +308,8 @@ def read_inc(g_a, subscript, inc: int = 1) -> int:
         if key is not None and len(a.rinc) < 4096:
             a.rinc[key] = hit
     proc, disp, addr = hit
+    size = a.dtype.itemsize
+    stats.moved(stats.READ_INC, 1, size, size if proc != a.me else 0)
     if addr:
         old = (_ATOMICS[0] if _ATOMICS else _atomics()).fetch_and_op(addr, inc, "SUM", a.dtype)
     else:
@@ -353,6 +374,12 @@ def _owners(a: GAArray, s):
     return proc, coords
 
 
+def _count_indexed(kind: int, a: GAArray, proc) -> None:
+    """GA's statistics of one scatter or gather of the elements owned by ``proc`` (an array)."""
+    size = a.dtype.itemsize
+    stats.moved(kind, len(np.unique(proc)), proc.size * size, int((proc != a.me).sum()) * size)
+
+
 def _local_flat(a: GAArray, proc: int, rows):
     blo, _ = a.layout.block(a.layout.coords(proc))
     loc = rows - np.array(blo) + np.array(a.ghosts)
@@ -388,6 +415,7 @@ def _scatter(g_a, values, subsarray, alpha, call: str) -> None:
     if alpha is not None:
         v = _scaled(a, v, alpha, call)
     proc, _ = _owners(a, s)
+    _count_indexed(stats.SCATTER, a, proc)
     for p in np.unique(proc).tolist():
         sel = proc == p
         rows, vals = s[sel], np.ascontiguousarray(v[sel])
@@ -425,6 +453,7 @@ def gather(g_a, subsarray, values=None):
     n = s.shape[0]
     out = np.empty(n, a.dtype) if values is None else host_buffer(a, values, (n,), "gather", True)
     proc, _ = _owners(a, s)
+    _count_indexed(stats.GATHER, a, proc)
     for p in np.unique(proc).tolist():
         sel = np.flatnonzero(proc == p)
         flat = _local_flat(a, p, s[sel])

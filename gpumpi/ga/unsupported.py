@@ -19,7 +19,6 @@ __all__ = [
     "deregister_type",
     "get_block_info",
     "print_file",
-    "print_stats",
     "register_dtype",
     "register_type",
     "release_block",
@@ -75,5 +74,3 @@ release_ghost_element = _unsupported("release_ghost_element", "use access_ghosts
 release_update_ghost_element = _unsupported("release_update_ghost_element",
                                             "use access_ghosts / release_update_ghosts instead")
 print_file = _unsupported("print_file", "as in ga4py; use print_patch, whose output goes to sys.stdout")
-print_stats = _unsupported("print_stats", "gpumpi's GA keeps no per-call statistics; GPUMPI_PROFILE=1 counts "
-                                          "the MPI operations underneath")
