@@ -108,33 +108,30 @@ def _pieces_of(a: GAArray, lo, hi) -> list:
         ranges.append([(k, max(l, b[k]), min(h, b[k + 1]), b[k]) for k in range(k0, k1 + 1)])
     gs = lay._gstrides
     w = a.ghosts
-    out = []
+    out = _Plan()
     for combo in itertools.product(*ranges):
         proc = sum(c[0] * g for c, g in zip(combo, gs))
         src = tuple(slice(c[1] - o, c[2] - o) for c, o in zip(combo, lo))
         tgt = tuple(slice(c[1] - c[3] + x, c[2] - c[3] + x) for c, x in zip(combo, w))
         out.append(_Piece(proc, src, tgt, tuple(c[2] - c[1] for c in combo)))
+    size = a.dtype.itemsize
+    out.nbytes = size * sum(math.prod(pc.sub) for pc in out)
+    out.remote = size * sum(math.prod(pc.sub) for pc in out if pc.proc != a.me)
     return out
 
 
-def _count(kind: int, a: GAArray, plan) -> None:
-    """GA's statistics of one patch call (:mod:`gpumpi.ga.stats`)."""
-    me = a.me
-    total = remote = 0
-    for pc in plan:
-        n = math.prod(pc.sub)
-        total += n
-        if pc.proc != me:
-            remote += n
-    size = a.dtype.itemsize
-    stats.moved(kind, len(plan), total * size, remote * size)
+class _Plan(list):
+    """The pieces of a patch, and what GA's statistics count of a call that moves it: ``nbytes``
+    in all, ``remote`` of them in other processes' blocks (computed once per remembered plan)."""
+
+    __slots__ = ("nbytes", "remote")
 
 
 def _do_put(a: GAArray, buf, lo, hi) -> None:
     shape = None
     dev = is_device(buf)
     plan = _plan(a, lo, hi)
-    _count(stats.PUT, a, plan)
+    stats.moved(stats.PUT, len(plan), plan.nbytes, plan.remote)
     for pc in plan:
         v = a.views[pc.proc]
         if v is not None and not dev:
@@ -150,7 +147,7 @@ def _do_get(a: GAArray, buf, lo, hi) -> None:
     shape = None
     dev = is_device(buf)
     plan = _plan(a, lo, hi)
-    _count(stats.GET, a, plan)
+    stats.moved(stats.GET, len(plan), plan.nbytes, plan.remote)
     for pc in plan:
         v = a.views[pc.proc]
         if v is not None and not dev:
@@ -166,7 +163,7 @@ def _do_acc(a: GAArray, buf, lo, hi) -> None:
     shape = tuple(h - l for l, h in zip(lo, hi))
     dev = is_device(buf)
     plan = _plan(a, lo, hi)
-    _count(stats.ACC, a, plan)
+    stats.moved(stats.ACC, len(plan), plan.nbytes, plan.remote)
     for pc in plan:
         if a.acclock is not None and not dev:
             _lock_acc(a, pc.proc, "acc")
