@@ -27,7 +27,7 @@ LAYERS = {
     5: ["_progress", "_xfer", "_frames", "_failures", "_runtime", "_services", "_fastpath", "request", "_p2p", "_objects",
         "message", "_partitioned", "_commctx", "_ctxid", "_commattr", "comm", "MPI", "rma", "op", "file", "session",
         "_nullobj", "collectives._execute", "collectives._calls", "collectives._lower", "collectives._lean"],
-    6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util", "_mpi4py", "_shim"],
+    6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util", "_mpi4py", "_shim", "_shim_ga4py"],
 }
 
 #: modules L1 may not import (pure core: no clock, no environment, no processes, no arrays)

@@ -24,7 +24,7 @@ import operator
 
 import numpy as np
 
-from .core import ndarray, sync
+from .. import synchronization
 
 __all__ = ["get", "selection", "setitem"]
 
@@ -78,7 +78,7 @@ def _is_int(k) -> bool:
     return True
 
 
-def get(a: ndarray, key):
+def get(a, key):
     """``a[key]`` as NumPy (a NumPy scalar when every dimension is indexed by an int). One-sided."""
     sels, out_shape = selection(a.shape, key, "gain.ndarray.get")
     if any(s.size == 0 for s in sels):
@@ -91,12 +91,12 @@ def get(a: ndarray, key):
     return out[()] if out.ndim == 0 else out
 
 
-def setitem(a: ndarray, key, value) -> None:
+def setitem(a, key, value) -> None:
     """``a[key] = value``: each rank writes the selected elements of its own block. Collective."""
     call = "gain.ndarray.__setitem__"
     sels, out_shape = selection(a.shape, key, call)
     whole = all(s.size == n and (s.size < 2 or s[1] > s[0]) for s, n in zip(sels, a.shape))
-    if isinstance(value, ndarray):
+    if isinstance(value, type(a)):  # another gain array (this module does not import core: core imports it)
         if whole and value.shape == a.shape:
             a._blockwise_from(value, lambda x: x.astype(a.dtype, copy=False))
             return
@@ -108,7 +108,7 @@ def setitem(a: ndarray, key, value) -> None:
         raise ValueError(f"{call}: could not broadcast input array from shape {val.shape} "
                          f"into shape {out_shape}") from None
     val = val.reshape([s.size for s in sels])
-    sync()
+    synchronization.sync()
     loc = a.access()
     if loc is not None:
         lo, hi = a.distribution()
@@ -117,4 +117,4 @@ def setitem(a: ndarray, key, value) -> None:
             dst = np.ix_(*[s[m] - l for s, m, l in zip(sels, masks, lo)])
             loc[dst] = val[np.ix_(*masks)]
         a.release_update()
-    sync()
+    synchronization.sync()
