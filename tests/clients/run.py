@@ -37,8 +37,9 @@ when it passed on every rank *and* its job ended cleanly: a job that hangs or fa
 its tests (at exit, in ``MPI_Finalize``) counts none of them, so such a bug cannot hide.
 
 ``expected.json`` holds per project and world size the count gpumpi must reach (``gpumpi``),
-the reference count (``mpich``), and a one-line reason (fnmatch patterns on test ids) for
-every test MPICH passes and gpumpi does not.  ``--check`` fails on any count below its
+the reference count (``mpich``), and a one-line reason (fnmatch patterns on test ids, or on
+``<job: args>`` for a job that broke outside any test) for every test MPICH passes and
+gpumpi does not.  ``--check`` fails on any count below its
 expectation, so coverage only goes up; ``--write`` records new counts (gpumpi's never lower).
 
 Usage::
@@ -136,7 +137,7 @@ def install(name: str, spec: dict, log=None) -> str:
         log(f"installing {dist}=={version} into {root}")
     with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=f".{name}-") as tmp:
         dl = os.path.join(tmp, "dl")
-        _pip(["download", "-q", "--no-deps", "--no-binary", dist, "-d", dl, f"{dist}=={version}"], log)
+        _pip(["download", "-q", "--timeout", "30", "--retries", "2", "--no-deps", "--no-binary", dist, "-d", dl, f"{dist}=={version}"], log)
         (sdist,) = [f for f in os.listdir(dl) if f.endswith((".tar.gz", ".zip", ".tar.bz2"))]
         staged = os.path.join(tmp, "project")
         os.mkdir(staged)
@@ -166,7 +167,7 @@ class Result:
     n: object  # int, or "serial"
     passed: set = field(default_factory=set)
     outcomes: dict = field(default_factory=dict)  # test id -> (outcome, why) of the worst rank
-    broke: list = field(default_factory=list)  # (test id or None, why): crashes, hangs, dirty exits
+    broke: list = field(default_factory=list)  # (test in flight or "<job: args>", why): crashes, hangs, dirty exits
     seconds: float = 0.0
     unavailable: str | None = None
 
@@ -312,7 +313,7 @@ def _one_run(res: Result, root: str, spec: dict, run: dict, ref: bool, tmp: str,
         inflight = next((i for _o, i, _e in ranks if i), None)
         if inflight is None and all(ended for _o, _i, ended in ranks):
             why += " after every rank's session ended (at exit or MPI finalize)"
-        res.broke.append((inflight, why + (f": {tail[0][:200]}" if tail else "")))
+        res.broke.append((inflight or f"<job: {label}>", why + (f": {tail[0][:200]}" if tail else "")))
         if log:
             log(f"  {res.project} @{n}: {label}: {res.broke[-1][1]}")
         if inflight is not None:
@@ -386,7 +387,7 @@ def unexplained(r: Result, expected: dict) -> list[str]:
     """Failures, crashes and hangs of ``r`` that no reason in expected.json covers."""
     out = [f"{o} {t}: {why}" for t, (o, why) in sorted(r.failures().items())
            if reason_for(expected, r.project, t) is None]
-    out += [f"BROKE {t}: {why}" for t, why in r.broke if t is None and reason_for(expected, r.project, "<job>") is None]
+    out += [f"BROKE {t}: {why}" for t, why in r.broke if reason_for(expected, r.project, t) is None]
     return out
 
 
