@@ -67,3 +67,33 @@ def test_every_project_is_described_and_every_reason_is_one_line():
         assert project in PROJECTS, project
         for pattern, why in entry.get("reasons", {}).items():
             assert why.strip() and "\n" not in why, (project, pattern)
+
+
+def test_recording_plugin_and_reader(tmp_path):
+    """Offline: the plugin records each test's worst phase per rank and turns "tests failed" into
+    exit 0; the reader names the worst outcome and keeps passes only from clean jobs."""
+    import subprocess
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n"
+        "def test_ok(): pass\n"
+        "def test_fail(): assert 0, 'boom'\n"
+        "@pytest.mark.skip(reason='no')\n"
+        "def test_skip(): pass\n"
+        "@pytest.fixture\n"
+        "def bad():\n    yield\n    raise RuntimeError('teardown')\n"
+        "def test_teardown(bad): pass\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, GPUMPI_CLIENTS_OUT=str(out), GPUMPI_RANK="1",
+               PYTHONPATH=os.pathsep.join([run.PLUGIN_DIR, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", run.PLUGIN,
+                           "test_x.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (rank0, inflight0, ended0), (rank1, inflight1, ended1) = run._read(str(out), 2)
+    assert (rank0, inflight0, ended0) == ({}, None, False)  # rank 0 never ran: nothing recorded
+    assert ended1 and inflight1 is None
+    assert {t.split("::")[1]: o for t, (o, _w) in rank1.items()} == {
+        "test_ok": "ok", "test_fail": "fail", "test_skip": "skip", "test_teardown": "error"}
+    assert "boom" in rank1["test_x.py::test_fail"][1]
