@@ -270,6 +270,15 @@ def _command(run: dict, n, ref: bool, timeout: float) -> list[str]:
     return [sys.executable, "-m", "gpumpi.launch", "--mpi4py", "-n", str(n), "--timeout", str(timeout), *prog]
 
 
+def _telling_line(text: str) -> list[str]:
+    """The output line that best says why a job failed (an error over the launcher's last word)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith("E ") or ("Error" in ln and not ln.startswith(("gpumpirun:", "="))):
+            return [ln[2:].strip() if ln.startswith("E ") else ln]
+    return lines[-1:]
+
+
 def _one_run(res: Result, root: str, spec: dict, run: dict, ref: bool, tmp: str, k: int, log) -> None:
     n = res.n
     nranks = 1 if run["mode"] == "serial" else n
@@ -294,7 +303,7 @@ def _one_run(res: Result, root: str, spec: dict, run: dict, ref: bool, tmp: str,
     text = out.decode(errors="replace")
     with open(os.path.join(tmp, f"run{k}.log"), "w", encoding="utf-8") as f:
         f.write(text)
-    tail = [ln for ln in text.strip().splitlines() if ln.strip()][-1:]
+    tail = _telling_line(text)
     label = " ".join(_args(run, n))
     if run["mode"] == "script":
         tid = label
