@@ -279,7 +279,7 @@ def _handleof(arg) -> int:
 
 
 # --- memory ---------------------------------------------------------------------------------------
-_allocs: dict = {}  # id(buffer) -> (buffer, address, memfd), from Alloc_mem until Free_mem
+_allocs: dict = {}  # address -> (buffer, memfd), from Alloc_mem until Free_mem
 
 
 def Alloc_mem(size: int, info=None) -> buffer:
@@ -306,21 +306,24 @@ def Alloc_mem(size: int, info=None) -> buffer:
     buf = buffer._make(m, addr, size, False, "host", m)
     # the descriptor stays open until Free_mem: peers map this memory by it (Win.Create)
     _memfd.register(addr, length, fd)
-    _allocs[id(buf)] = (buf, addr, fd)
+    _allocs[addr] = (buf, fd)
     return buf
 
 
 def Free_mem(mem) -> None:
-    """Free memory from Alloc_mem (MPI_Free_mem): the buffer is released (address 0); the
-    mapping itself goes when nothing refers to its bytes any more (no view is left dangling)."""
-    ent = _allocs.get(id(mem))
-    if ent is None or ent[0] is not mem:
+    """Free memory from Alloc_mem (MPI_Free_mem): named, as MPI names it, by its base address --
+    the buffer Alloc_mem returned or any ``MPI.buffer`` starting there (a window's ``tomemory()``:
+    mpi4py's demos free that one).  Both are released (address 0); the mapping itself goes when
+    nothing refers to its bytes any more (no view is left dangling)."""
+    addr = mem.address if isinstance(mem, buffer) else None
+    ent = _allocs.pop(addr, None) if addr else None
+    if ent is None:
         raise _error(ERR_ARG, "Free_mem: memory was not allocated by Alloc_mem")
-    del _allocs[id(mem)]
     from . import _memfd
 
-    _memfd.unregister(ent[1])
-    _os.close(ent[2])
+    _memfd.unregister(addr)
+    _os.close(ent[1])
+    ent[0].release()
     mem.release()
 
 

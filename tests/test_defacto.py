@@ -137,3 +137,41 @@ def test_bottom_window_memory_is_false_as_mpi4pys(ref):
     assert mem
     MPI.Free_mem(mem)
     assert not mem  # released: empty
+
+
+def _free_mem_of_a_window_memory():
+    """mpi4py's nxtval-onesided demo: rank 0 exposes Alloc_mem memory, the others BOTTOM; at the end
+    each frees ``win.tomemory()`` if it is true -- a new buffer over the same base address."""
+    from gpumpi import MPI
+
+    comm = MPI.COMM_WORLD
+    mem = MPI.Alloc_mem(64) if comm.rank == 0 else MPI.BOTTOM
+    win = MPI.Win.Create(mem, 4, MPI.INFO_NULL, comm)
+    m = win.tomemory()
+    had = bool(m)
+    win.Free()
+    if m:
+        MPI.Free_mem(m)
+    ok = had == (comm.rank == 0) and not m
+    if comm.rank == 0:
+        ok = ok and not mem  # the Alloc_mem buffer itself is released too
+        try:
+            MPI.Free_mem(MPI.buffer(bytearray(8)))  # not Alloc_mem's
+            ok = False
+        except MPI.Exception as e:
+            ok = ok and e.Get_error_class() == MPI.ERR_ARG
+        other = MPI.Alloc_mem(8)
+        MPI.Free_mem(other)
+        try:
+            MPI.Free_mem(other)  # twice
+            ok = False
+        except MPI.Exception:
+            pass
+    return ok
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_free_mem_takes_any_buffer_at_the_allocated_base(n):
+    from gpumpi.testing import run_ranks
+
+    assert run_ranks(_free_mem_of_a_window_memory, n, timeout=60) == [True] * n
