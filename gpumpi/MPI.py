@@ -413,14 +413,60 @@ _THREAD_LEVELS = {"single": THREAD_SINGLE, "funneled": THREAD_FUNNELED, "seriali
                   "multiple": THREAD_MULTIPLE}
 
 
-def _rc_option(rc, name: str, default, allowed):
-    value = getattr(rc, name, default)
-    if value in allowed:
-        return value
+#: the options mpi4py reads at import, in its order, with their defaults and the values each admits
+_RC_OPTIONS = (
+    ("initialize", True, (True, False, "yes", "no")),
+    ("threads", True, (True, False, "yes", "no")),
+    ("thread_level", "multiple", tuple(_THREAD_LEVELS)),
+    ("finalize", None, (None, True, False, "yes", "no")),
+    ("fast_reduce", True, (True, False, "yes", "no")),
+    ("recv_mprobe", True, (True, False, "yes", "no")),
+    ("irecv_bufsz", 32768, None),
+    ("errors", "exception", ("exception", "default", "fatal", "abort")),
+)
+_rc: dict = {}  # the options as read at import (mpi4py reads them once, there)
+
+
+def _rc_env(rc, name: str, default):
+    """One option as mpi4py's import reads it: ``MPI4PY_RC_<NAME>`` wins over ``mpi4py.rc.<name>``
+    and is written back to rc (digits become an int where the default is one, mpi4py's boolean
+    words a bool, anything else lower-cased)."""
+    import os
+
+    raw = os.environ.get("MPI4PY_RC_" + name.upper())
+    if raw is None:
+        return getattr(rc, name, default)
+    word = raw.strip().lower()
+    if type(default) is int and raw.strip(" \t").isdigit():
+        value = int(raw)
+    elif word in ("true", "yes", "on", "y", "1"):
+        value = True
+    elif word in ("false", "no", "off", "n", "0"):
+        value = False
+    else:
+        value = raw.lower()
+    try:
+        setattr(rc, name, value)
+    except Exception:  # mpi4py ignores an rc that refuses the value, so do we
+        pass
+    return value
+
+
+def _read_rc(rc) -> dict:
+    """mpi4py.rc and the MPI4PY_RC_* environment, read as importing mpi4py.MPI reads them: a value
+    outside what an option admits warns ``mpi4py.rc.<name>: unexpected value <repr>`` (mpi4py's
+    words) and leaves the default."""
     import warnings
 
-    warnings.warn(f"mpi4py.rc: '{name}': unexpected value {value!r}", RuntimeWarning, stacklevel=3)
-    return default
+    opts = {}
+    for name, default, allowed in _RC_OPTIONS:
+        value = _rc_env(rc, name, default)
+        ok = (type(value) is int and value >= 0) if allowed is None else value in allowed
+        if not ok:
+            warnings.warn(f"mpi4py.rc.{name}: unexpected value {value!r}", RuntimeWarning, stacklevel=4)
+            value = default
+        opts[name] = {"yes": True, "no": False}.get(value, value) if isinstance(value, str) else value
+    return opts
 
 
 def _apply_rc(engine) -> None:
@@ -432,33 +478,30 @@ def _apply_rc(engine) -> None:
     mpi4py does.  ``finalize``: False leaves finalisation to the program (exiting without
     it then ends the job as an improper exit); None or True finalise at exit.
     """
-    rc = _mpi4py_rc()
-    if rc is None:
+    if not _rc:
         return
-    errors = _rc_option(rc, "errors", "exception", ("exception", "default", "fatal", "abort"))
-    handler = {"default": ERRORS_ARE_FATAL, "fatal": ERRORS_ARE_FATAL, "abort": ERRORS_ABORT}.get(errors)
+    handler = {"default": ERRORS_ARE_FATAL, "fatal": ERRORS_ARE_FATAL, "abort": ERRORS_ABORT}.get(_rc["errors"])
     if handler is not None:
         COMM_SELF.Set_errhandler(handler)
         COMM_WORLD.Set_errhandler(handler)
-    _rt.finalize_at_exit(_rc_option(rc, "finalize", None, (None, True, False)) is not False)
+    _rt.finalize_at_exit(_rc["finalize"] is not False)
 
 
 _rt.on_init(_apply_rc)
 
 
 def _init_at_import() -> None:
-    """Initialise as importing mpi4py.MPI does: under the mpi4py shim, as ``mpi4py.rc`` says
-    (``initialize``: whether to; ``threads`` and ``thread_level``: the level required)."""
+    """Initialise as importing mpi4py.MPI does: under the mpi4py shim, as ``mpi4py.rc`` and the
+    ``MPI4PY_RC_*`` environment say (``initialize``: whether to; ``threads`` and
+    ``thread_level``: the level required); all eight options are read, and checked, here."""
     rc = _mpi4py_rc()
     if rc is None:
         _rt.init()
         return
-    if _rc_option(rc, "initialize", True, (True, False, "yes", "no")) in (False, "no"):
+    _rc.update(_read_rc(rc))
+    if not _rc["initialize"]:
         return
-    required = THREAD_SINGLE
-    if _rc_option(rc, "threads", True, (True, False, "yes", "no")) in (True, "yes"):
-        required = _THREAD_LEVELS[_rc_option(rc, "thread_level", "multiple", tuple(_THREAD_LEVELS))]
-    _rt.init(required)
+    _rt.init(_THREAD_LEVELS[_rc["thread_level"]] if _rc["threads"] else THREAD_SINGLE)
 
 
 # docstrings in mpi4py's form: the signature line first, then the description (see gpumpi._docs)

@@ -72,6 +72,36 @@ def test_rc_finalize_false_leaves_finalize_to_the_program():
     assert p.returncode != 0 and "without calling MPI_Finalize" in p.stderr, (p.returncode, p.stderr)
 
 
+def test_rc_environment_variables_win_and_are_written_back():
+    """mpi4py's demo init-fini/test_3.py: ``MPI4PY_RC_*`` set before the import override rc."""
+    out = _job("import os\n"
+               "os.environ.update(MPI4PY_RC_INITIALIZE='false', MPI4PY_RC_FINALIZE='true',\n"
+               "                  MPI4PY_RC_THREADS='off', MPI4PY_RC_THREAD_LEVEL='Single',\n"
+               "                  MPI4PY_RC_IRECV_BUFSZ='2048')\n"
+               "from mpi4py import rc, MPI\n"
+               "print(MPI.Is_initialized(), MPI.Is_finalized(), rc.initialize, rc.finalize, rc.threads,\n"
+               "      rc.thread_level, rc.irecv_bufsz)")
+    assert out == "False False False True False single 2048"
+
+
+def test_rc_unexpected_values_warn_in_mpi4pys_words():
+    """mpi4py's demo init-fini/test_6.py: every option set to a bad value warns once, named, and
+    the defaults hold (so the import still initialises, at THREAD_MULTIPLE)."""
+    out = _job("import warnings\nfrom mpi4py import rc\n"
+               "names = sorted(a for a in dir(rc) if not a.startswith('_'))\n"
+               "for a in names: setattr(rc, a, -123456789)\n"
+               "with warnings.catch_warnings(record=True) as w:\n"
+               "    warnings.simplefilter('always')\n"
+               "    from mpi4py import MPI\n"
+               "print(len(names), MPI.Query_thread())\n"
+               "print(*sorted(str(x.message) for x in w), sep='\\n')")
+    lines = out.splitlines()
+    names = ["errors", "fast_reduce", "finalize", "initialize", "irecv_bufsz", "recv_mprobe", "thread_level",
+             "threads"]
+    assert lines[0] == "8 3"
+    assert lines[1:] == [f"mpi4py.rc.{n}: unexpected value -123456789" for n in names]
+
+
 PKL5 = """\
 import numpy as np
 from mpi4py import MPI
