@@ -453,7 +453,7 @@ def _rc_env(rc, name: str, default):
 
 
 def _read_rc(rc) -> dict:
-    """mpi4py.rc and the MPI4PY_RC_* environment, read as importing mpi4py.MPI reads them: a value
+    """Read mpi4py.rc and the MPI4PY_RC_* environment as importing mpi4py.MPI reads them: a value
     outside what an option admits warns ``mpi4py.rc.<name>: unexpected value <repr>`` (mpi4py's
     words) and leaves the default."""
     import warnings

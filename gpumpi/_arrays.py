@@ -108,6 +108,7 @@ __all__ = [
     "HOST",
     "SIM",
     "DEVICE",
+    "BYTES_DATA_OFFSET",
     "NP_DATA_OFFSET",
     "NP_ND_OFFSET",
     "NP_DIMS_OFFSET",
@@ -307,6 +308,21 @@ def _peek_tables():
 PEEK_DATA, PEEK_FLAGS = _peek_tables()
 #: whether this interpreter's ndarray header has the layout checked above (the peeks are valid)
 PEEK_OK = PEEK_DATA is not None
+
+
+def _bytes_offset():
+    """Offset from a ``bytes`` object's address to its first byte (``PyBytesObject.ob_sval``:
+    ``bytes.__basicsize__`` less the terminating NUL), checked on a sample; None where it does not hold."""
+    if sys.implementation.name != "cpython":
+        return None
+    off = bytes.__basicsize__ - 1
+    b = bytes(range(7, 47))
+    return off if ctypes.string_at(id(b) + off, len(b)) == b else None
+
+
+#: ``id(b) + BYTES_DATA_OFFSET`` is the address of the first byte of ``bytes`` object ``b`` (its
+#: contents are immutable and live as long as it does); None where CPython's layout is not there
+BYTES_DATA_OFFSET = _bytes_offset()
 
 
 def ndarray_addr_flags(a) -> tuple[int, int]:

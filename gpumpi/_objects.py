@@ -41,7 +41,12 @@ def isend(obj, dest: int, world, me: int, tag: int, ctx: int, mode: int, call: s
     if mode == BUFFERED:  # one message in the attached buffer: device arrays go in band, through host memory
         bufs, n = _pickle.dumps(obj)
         return _p2p.bsend(memoryview(b"".join(bufs)), world[dest], me, tag, ctx, call, 0, bpool)
-    bufs, n, parts = _pickle.dumps_parts(obj)
+    return isend_pickled(_pickle.dumps_parts(obj), dest, world, me, tag, ctx, mode, call)
+
+
+def isend_pickled(pickled, dest: int, world, me: int, tag: int, ctx: int, mode: int, call: str):
+    """:func:`isend` (a standard or synchronous one) of what ``_pickle.dumps_parts`` made of the object."""
+    bufs, n, parts = pickled
     if parts is not None:
         return _isend_parts(bufs, n, parts, dest, world, me, tag, ctx, mode, call)
     return _rt.ENGINE.isend(bufs, n, world[dest], me, tag, ctx, mode, call)
@@ -178,6 +183,18 @@ def _post_parts(pend, src: int, call: str, world, ctx: int):
                 eng.matcher.cancel_recv(pctx, x)
                 eng._fail_recv_for_failure(x)
     return (arrays if err is None else err), j
+
+
+def load_reused(mv, src: int, call: str, world, ctx: int):
+    """The object of an object message received from communicator rank ``src`` into memory the
+    caller reuses (``mv``, its bytes: the compiled path's receive; see ``_pickle.loads_reused``);
+    a message with device parts has them received as :func:`load` does."""
+    obj = _pickle.loads_reused(mv)
+    if type(obj) is not _pickle.Pending:
+        return obj
+    x = Xfer(RECV)
+    x.mem, x.dynamic, x.st_source = bytearray(mv), True, src
+    return load(x, call, world, ctx, obj)
 
 
 def load(x, call: str, world, ctx: int, pend=None):

@@ -360,6 +360,30 @@ def loads(buf, arrays=None):
     return u.load()
 
 
+def dumps_small(obj):
+    """The message of ``obj`` as one ``bytes`` object, by one C call -- what :func:`dumps_parts`
+    makes of an object with no device array and no large buffer -- or None where it would make
+    something else (a custom ``MPI.pickle``, a device array possible, a buffer of
+    :data:`THRESHOLD` bytes or more inside): the compiled path's pickle."""
+    pk = PICKLE
+    if pk._dumps is not _PY_DUMPS or pk._loads is not _PY_LOADS or _seen_device or _device_possible():
+        return None
+    p = pk._proto
+    proto = _default_protocol() if p is None else pickle.HIGHEST_PROTOCOL if p < 0 else p
+    return _plain(obj, proto)
+
+
+def loads_reused(mv):
+    """:func:`loads` of a message in memory the caller reuses (a flat byte memoryview): a plain
+    stream is unpickled from there (nothing of it stays a view); an indexed message (its
+    payloads would be views) or one for a custom ``loads`` (which may keep its input) from a copy."""
+    n = mv.nbytes
+    pk = PICKLE
+    if pk._dumps is _PY_DUMPS and pk._loads is _PY_LOADS and 0 < n and (n < _FOOT.size or mv[n - 1] != 5):
+        return _PY_LOADS(mv)
+    return loads(memoryview(bytearray(mv)))
+
+
 class Pending:
     """An object message whose device parts are still to be received: their tag and specs."""
 

@@ -34,8 +34,12 @@ import inspect
 from numpy import ndarray as _ndarray
 
 from .. import _runtime as _rt
+from .._arrays import BYTES_DATA_OFFSET
 from .._buffers import host_fast, message_simple
+from .._objects import isend_pickled, load_reused
+from .._pickle import dumps_parts, dumps_small
 from .._xfer import FREED, SENT
+from .._xfer import threads as _threads
 from ..constants import ANY_SOURCE, ANY_TAG, TAG_UB_VALUE
 from ..datatypes.flatten import sigcode as _sigcode
 from ..errors import Exception as MPIException
@@ -43,7 +47,8 @@ from ..errors import error
 from ..request import Request, done_xfer
 from ..status import Status
 
-__all__ = ["EAGER", "IRECV", "ISEND", "NOW", "RECV", "SEND", "pairing", "receiving", "sending"]
+__all__ = ["EAGER", "IRECV", "ISEND", "NOW", "RECV", "SEND", "object_pairing", "object_receiving", "object_sending",
+           "pairing", "receiving", "sending"]
 
 #: the operation of every Isend the fast path completed at once (shared: nothing writes a
 #: completed operation; each request still has a handle of its own)
@@ -230,6 +235,126 @@ def pairing(recv_rest):
                     recv_rest(self, recvbuf, source, recvtag, status, stream)
                 return None
             return general(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status, stream=stream)
+
+        return _like(call, general)
+
+    return wrap
+
+
+# --- object messages (the lowercase calls) ---------------------------------------------------------
+#
+# A small object's pickle is one ``bytes`` object (``_pickle.dumps_parts``' commonest answer): it is
+# written into the ring by the same compiled call as an array, its address read from the object
+# header; the receive side takes an eager message into memory it reuses (``object_scratch``) and
+# unpickles it from there.  The message is exactly the general path's (mpi4py's wire form), so
+# either side may be either path; anything else (device parts, a large object, a declined write,
+# a buffer given to recv, other threads) goes the general way, the object pickled once.
+
+_BYTES = BYTES_DATA_OFFSET
+_id = id
+
+
+def _send_guard(self, dest, tag) -> bool:
+    ctx = self._ctx
+    return type(dest) is int and type(tag) is int and 0 <= dest < len(self._w) and 0 <= tag <= TAG_UB_VALUE and \
+        ctx >= 0 and ctx not in FREED and _BYTES is not None
+
+
+def _recv_guard_obj(self, buf, source, tag, status) -> bool:
+    ctx = self._ctx
+    return buf is None and type(source) is int and type(tag) is int and -2 <= source < len(self._w) and \
+        source != -1 and -1 <= tag <= TAG_UB_VALUE and ctx >= 0 and ctx not in FREED and \
+        (status is None or type(status) is Status) and not _threads()
+
+
+def _osend_now(self, obj, dest: int, tag: int, call: str):
+    """Pickle ``obj`` once and write it by the compiled call: None when written (complete), else
+    the general path's send of the same pickle (an Xfer, maybe SENT)."""
+    b = dumps_small(obj)
+    if b is None:
+        p = dumps_parts(obj)
+    else:
+        if _rt.ENGINE.send_fast(self._w[dest], self._rank, self._ctx, tag, _id(b) + _BYTES, len(b), 0):
+            return None
+        p = ([b], len(b), None)
+    return isend_pickled(p, dest, self._w, self._rank, tag, self._ctx, _STANDARD, call)
+
+
+def _orecv_now(self, source: int, tag: int, status, call: str):
+    """The object of an eager message received by the compiled call, as a one-tuple; None when it
+    declined (nothing consumed: the general path receives)."""
+    eng = _rt.ENGINE
+    mv, addr, cap = eng.oscratch or eng.object_scratch()
+    o = eng.recv_fast(source, source if source < 0 else self._w[source], tag, self._ctx, addr, cap, 0)
+    if o is None:
+        return None
+    src, tg, n, _ = o.tolist()
+    if status is not None:
+        status._fill(src, tg, n)
+    return (load_reused(mv[:n], src, call, self._w, self._ctx),)
+
+
+def object_sending(mode: int):
+    """Decorate the general path of ``send`` (SEND) or ``isend`` (ISEND): a small object's pickle
+    written by the compiled call first (the guard of :func:`sending`)."""
+    isend = mode == ISEND
+    name = "isend" if isend else "send"
+
+    def wrap(general):
+        def call(self, obj, dest, tag=0):
+            if not _send_guard(self, dest, tag):
+                return general(self, obj, dest, tag)
+            try:
+                x = _osend_now(self, obj, dest, tag, name)
+                if isend:
+                    return Request._of(_SENT_NOW, self, None, None) if x is None else self._req(x)
+                if x is not None:
+                    self._wait(x, None, name)
+                return None
+            except MPIException as e:
+                return self._raise(e)
+
+        return _like(call, general)
+
+    return wrap
+
+
+def object_receiving(general):
+    """Decorate the general path of ``recv``: an eager object message received by the compiled call
+    into reused memory and unpickled from there, when no buffer is given and this is the only thread."""
+    def call(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        if _recv_guard_obj(self, buf, source, tag, status):
+            try:
+                got = _orecv_now(self, source, tag, status, "recv")
+            except MPIException as e:
+                return self._raise(e)
+            if got is not None:
+                return got[0]
+        return general(self, buf, source, tag, status)
+
+    return _like(call, general)
+
+
+def object_pairing(recv_rest):
+    """Decorate the general path of ``sendrecv``: with both sides' guards, the object is sent first
+    (compiled, or the general send posted), then received as :func:`object_receiving` does; a
+    receive the compiled call declines is ``recv_rest(self, source, recvtag, status, "sendrecv")``'s."""
+    def wrap(general):
+        def call(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+            if not (_send_guard(self, dest, sendtag) and _recv_guard_obj(self, recvbuf, source, recvtag, status)):
+                return general(self, sendobj, dest, sendtag, recvbuf, source, recvtag, status)
+            try:
+                x = _osend_now(self, sendobj, dest, sendtag, "sendrecv")
+                if x is None:
+                    got = _orecv_now(self, source, recvtag, status, "sendrecv")
+                    if got is not None:
+                        return got[0]
+                obj = recv_rest(self, source, recvtag, status, "sendrecv")
+                if x is not None:
+                    self._wait(x, None, "sendrecv")
+                return obj
+            except MPIException as e:
+                return self._raise(e)
 
         return _like(call, general)
 

@@ -53,6 +53,19 @@ class CompiledPath:
         self.mchunk = 0
         self.mtab_a = 0
         self._tls = threading.local()  # recv_fast's result array of each thread but the only one
+        self.oscratch = None  # object_scratch()'s memory
+
+    def object_scratch(self):
+        """``(memoryview, address, bytes)`` of the memory an object message is received into by the
+        compiled path (one thread only: the caller unpickles it before the next receive), as large
+        as the eager limit: a larger message is the general path's anyway."""
+        s = self.oscratch
+        if s is None:
+            import numpy as np
+
+            a = np.empty(max(self.eager_limit, 1), dtype=np.uint8)
+            s = self.oscratch = (memoryview(a), a.ctypes.data, a.nbytes)
+        return s
 
     def recv_lazy(self, source: int, wpeer: int, tag: int, ctx: int, addr: int, cap: int, sig: int, spec):
         """``Irecv``'s fast path into a whole contiguous NumPy array (``spec``, ``cap`` bytes at

@@ -15,6 +15,7 @@ import warnings
 
 from .._buffers import is_integral
 from .. import _objects
+from .._fastpath import api as _fastpath
 from .. import _p2p
 from .. import _pickle
 from ..constants import (
@@ -84,6 +85,7 @@ class Objects:
     def _oload(self, x, call: str, pend=None):
         return _objects.load(x, call, self._w, self._ctx, pend)
 
+    @_fastpath.object_sending(_fastpath.SEND)
     def send(self, obj, dest: int, tag: int = 0) -> None:
         """Send a Python object (MPI_Send of its pickle).
 
@@ -114,6 +116,7 @@ class Objects:
         except MPIException as e:
             self._raise(e)
 
+    @_fastpath.object_sending(_fastpath.ISEND)
     def isend(self, obj, dest: int, tag: int = 0) -> Request:
         """Nonblocking send of a Python object (MPI_Isend); the request completes when the object
         message and the messages of the device arrays inside it (see :meth:`send`) all have."""
@@ -136,6 +139,7 @@ class Objects:
         except MPIException as e:
             self._raise(e)
 
+    @_fastpath.object_receiving
     def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
         """Receive a Python object (MPI_Recv of its pickle); an empty message is None.
 
@@ -173,6 +177,13 @@ class Objects:
         except MPIException as e:
             self._raise(e)
 
+    def _orecv_rest(self, source, tag, status, call: str):
+        """The receive half of ``sendrecv`` once its send went (the compiled path's fallback)."""
+        r = self._orecv(source, tag, call, True)
+        self._wait(r, status, call)
+        return None if r is None else self._oload(r, call)
+
+    @_fastpath.object_pairing(_orecv_rest)
     def sendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
                  recvtag: int = ANY_TAG, status: Status | None = None):
         """Send and receive Python objects (MPI_Sendrecv); ``recvbuf`` as ``buf`` of :meth:`recv`."""
