@@ -13,6 +13,12 @@ The suite follows the OSU micro-benchmarks (and OMB-Py), under the rules of
   ``bw = size * window * iters / t``.
 * bibw (osu_bibw): both ranks post a window of ``Irecv`` then a window of ``Isend``;
   the bytes of both directions count: ``bibw = 2 * size * window * iters / t``.
+* message rate (osu_mbw_mr, one pair): the bw loop's time per message,
+  ``t * 1e6 / (window * iters)`` microseconds (no second loop: the same measurement).
+* object (mpi4py's lowercase calls): blocking ping-pong of a small Python object,
+  ``{"seq": i, "data": <size bytes>}``, by ``send``/``recv`` (pickled, as task farms and
+  master-worker codes send); one-way latency as above.  Host only: the object's bytes
+  are host bytes whatever ``buffer`` says.
 
 Default iteration counts are OMB-Py's (latency 10000/1000 skip, bandwidth 100/10),
 scaled down for messages above 8 KiB so that one measurement moves at most about
@@ -39,6 +45,7 @@ from ._common import (
     TAG_BIBW,
     TAG_BW,
     TAG_LAT,
+    TAG_OBJ,
     BUFFER_KINDS,
     DEVICE_BUFFER_KINDS,
     MAX_SIZE,
@@ -53,6 +60,7 @@ from ._common import (
     sum_wrong,
     check_buffer_kind,
     default_sizes,
+    fill_pattern,
     parse_size,
 )
 from .report import REF_HOST_WHY, buffer_words, format_cell, wrong_footer, format_columns, ratio, transport_words
@@ -63,8 +71,10 @@ LARGE_MESSAGE = 8192
 QUICK_SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 16 << 20)
 
 # (iters, skip) for small messages; large messages are scaled by a byte budget.
-_DEFAULT_ITERS = {"latency": (10000, 1000), "bw": (100, 10), "bibw": (100, 10)}
-_QUICK_ITERS = {"latency": (1000, 100), "bw": (20, 2), "bibw": (20, 2)}
+_DEFAULT_ITERS = {"latency": (10000, 1000), "bw": (100, 10), "bibw": (100, 10), "object": (10000, 1000)}
+_QUICK_ITERS = {"latency": (1000, 100), "bw": (20, 2), "bibw": (20, 2), "object": (1000, 100)}
+#: the tests of the suite, in the order they run
+TESTS = ("latency", "bw", "bibw", "object")
 _BUDGET = 1 << 30
 _QUICK_BUDGET = 128 << 20
 
@@ -119,7 +129,7 @@ def plan_iterations(
     """Choose the timed and warm-up iteration counts of one measurement.
 
     Args:
-        test: ``"latency"``, ``"bw"`` or ``"bibw"``.
+        test: ``"latency"``, ``"bw"``, ``"bibw"`` or ``"object"``.
         size: message size in bytes.
         iters: timed iterations; None picks the OSU-style default, scaled down for
             messages above :data:`LARGE_MESSAGE` bytes.
@@ -134,10 +144,10 @@ def plan_iterations(
         table = _QUICK_ITERS if quick else _DEFAULT_ITERS
         n, _ = table[test]
         if size > LARGE_MESSAGE:
-            per_iter = {"latency": 2 * size, "bw": window * size, "bibw": 2 * window * size}[test]
+            per_iter = {"latency": 2 * size, "object": 2 * size, "bw": window * size, "bibw": 2 * window * size}[test]
             budget = _QUICK_BUDGET if quick else _BUDGET
             floor = 2 if quick else 5
-            n = max(floor, min(n // 10 if test == "latency" else n, budget // per_iter))
+            n = max(floor, min(n // 10 if test in ("latency", "object") else n, budget // per_iter))
     else:
         n = max(1, int(iters))
     if skip is None:
@@ -172,6 +182,37 @@ def _latency(MPI, comm, bufs: HostBuffers, rank: int, size: int, iters: int, ski
             send(smsg, 0, TAG_LAT)
     elapsed = wtime() - t0
     wrong = bufs.count_wrong(slots, size, peer, 1)
+    return elapsed, wrong
+
+
+def _object(MPI, comm, bufs: HostBuffers, rank: int, size: int, iters: int, skip: int):
+    """Ping-pong of ``{"seq": i, "data": <size bytes of the sender's pattern>}`` by send/recv;
+    the wrong bytes are counted in the last object received (and a wrong ``seq`` as all of them)."""
+    np = bufs.np
+    peer = 1 - rank
+    data = fill_pattern(np, size, rank).tobytes()
+    send, recv, wtime = comm.send, comm.recv, MPI.Wtime
+    pair_sync(MPI, comm, bufs, rank)
+    got = None
+    t0 = wtime()
+    if rank == 0:
+        for i in range(iters + skip):
+            if i == skip:
+                t0 = wtime()
+            send({"seq": i, "data": data}, 1, TAG_OBJ)
+            got = recv(None, 1, TAG_OBJ)
+    else:
+        for i in range(iters + skip):
+            if i == skip:
+                t0 = wtime()
+            got = recv(None, 0, TAG_OBJ)
+            send({"seq": i, "data": data}, 0, TAG_OBJ)
+    elapsed = wtime() - t0
+    want = fill_pattern(np, size, peer).tobytes()
+    if not isinstance(got, dict) or got.get("seq") != iters + skip - 1 or not isinstance(got.get("data"), bytes) \
+            or len(got["data"]) != size:
+        return elapsed, max(size, 1)
+    wrong = int(np.count_nonzero(np.frombuffer(got["data"], np.uint8) != np.frombuffer(want, np.uint8)))
     return elapsed, wrong
 
 
@@ -243,7 +284,7 @@ def run_p2p(
     quick: bool = False,
     buffer: str = "numpy",
     distinct_recv: bool = False,
-    tests: Sequence[str] = ("latency", "bw", "bibw"),
+    tests: Sequence[str] = TESTS,
     comm=None,
     progress: Callable[[int, int, dict], None] | None = None,
 ) -> list[dict]:
@@ -267,13 +308,14 @@ def run_p2p(
             kind: mpi4py takes CuPy arrays only over a CUDA-aware MPI.
         distinct_recv: give each receive of a bandwidth window its own slot instead
             of OSU's single receive buffer.
-        tests: which of ``"latency"``, ``"bw"``, ``"bibw"`` to run.
+        tests: which of ``"latency"``, ``"bw"``, ``"bibw"``, ``"object"`` to run.
         comm: communicator (default ``MPI.COMM_WORLD``); needs at least 2 ranks.
         progress: called on rank 0 as ``progress(index, count, row)`` after each size.
 
     Returns:
         On rank 0, one dict per size with keys ``size``, ``latency_us``,
-        ``bw_GBps``, ``bibw_GBps`` (None when not measured, e.g. bandwidth at 0 B),
+        ``bw_GBps``, ``mr_us`` (the bw loop's time per message), ``bibw_GBps``,
+        ``obj_latency_us`` (None when not measured, e.g. bandwidth at 0 B),
         ``wrong`` (bytes that differed from the sent pattern, all tests summed) and
         ``iters`` (``{test: [iters, skip]}``).  An empty list on other ranks.
 
@@ -283,8 +325,8 @@ def run_p2p(
     """
     check_buffer_kind(buffer, SUITE)
     for t in tests:
-        if t not in ("latency", "bw", "bibw"):
-            raise BenchError(f"unknown p2p test {t!r} (known: latency, bw, bibw)")
+        if t not in TESTS:
+            raise BenchError(f"unknown p2p test {t!r} (known: {', '.join(TESTS)})")
     if window < 1:
         raise BenchError(f"window must be >= 1 (got {window})")
     if comm is None:
@@ -311,10 +353,11 @@ def run_p2p(
     gc.disable()
     try:
         for index, size in enumerate(sizes):
-            row: dict = {"size": size, "latency_us": None, "bw_GBps": None, "bibw_GBps": None, "wrong": 0, "iters": {}}
+            row: dict = {"size": size, "latency_us": None, "bw_GBps": None, "mr_us": None, "bibw_GBps": None,
+                         "obj_latency_us": None, "wrong": 0, "iters": {}}
             wrong = 0
             for test in tests:
-                if test != "latency" and size == 0:
+                if test in ("bw", "bibw") and size == 0:
                     continue
                 n, w = plan_iterations(test, size, iters=iters, skip=skip, quick=quick, window=window)
                 row["iters"][test] = [n, w]
@@ -324,6 +367,10 @@ def run_p2p(
                 elif test == "bw":
                     elapsed, bad = _bw(MPI, comm, bufs, rank, size, n, w, window)
                     row["bw_GBps"] = size * window * n / elapsed / 1e9 if elapsed > 0 else None
+                    row["mr_us"] = elapsed * 1e6 / (window * n) if elapsed > 0 else None
+                elif test == "object":
+                    elapsed, bad = _object(MPI, comm, bufs, rank, size, n, w)
+                    row["obj_latency_us"] = elapsed * 1e6 / (2 * n) if elapsed > 0 else None
                 else:
                     elapsed, bad = _bibw(MPI, comm, bufs, rank, size, n, w, window)
                     row["bibw_GBps"] = 2 * size * window * n / elapsed / 1e9 if elapsed > 0 else None
@@ -350,7 +397,9 @@ def _method_line(meta: dict | None) -> str:
     recv = "distinct receive slots" if meta.get("distinct_recv") else "one receive buffer"
     return (
         "# latency: ping-pong, one-way = half round trip; GB = 1e9 B\n"
-        f"# bw: window of {window} Isend + ack ({recv}); bibw: window of {window} each way, both directions counted"
+        f"# bw: window of {window} Isend + ack ({recv}); bibw: window of {window} each way, both directions counted\n"
+        f"# msg rate: the bw loop's time per message (osu_mbw_mr, one pair); obj lat: send/recv ping-pong of "
+        f"{{'seq': i, 'data': <size bytes>}}, one-way"
     )
 
 
@@ -373,13 +422,16 @@ def format_p2p_table(rows: Sequence[dict], meta: dict | None = None) -> str:
         if buffer in DEVICE_BUFFER_KINDS:
             out.append(transport_words(meta))
     out.append(_method_line(meta))
-    columns = [("size", "(B)"), ("latency", "(us)"), ("bw", "(GB/s)"), ("bibw", "(GB/s)"), ("#wrong", "")]
+    columns = [("size", "(B)"), ("latency", "(us)"), ("bw", "(GB/s)"), ("msg rate", "(us/msg)"), ("bibw", "(GB/s)"),
+               ("obj lat", "(us)"), ("#wrong", "")]
     cells = [
         [
             str(r["size"]),
             format_cell(r.get("latency_us"), ".2f"),
             format_cell(r.get("bw_GBps"), ".4f"),
+            format_cell(r.get("mr_us"), ".3f"),
             format_cell(r.get("bibw_GBps"), ".4f"),
+            format_cell(r.get("obj_latency_us"), ".2f"),
             str(r.get("wrong", 0)),
         ]
         for r in rows
@@ -399,7 +451,10 @@ def compare_p2p_results(rows: Sequence[dict], ref_rows: Sequence[dict]) -> list[
     Returns:
         One dict per size present in both: ``size``; ``latency_us``/``ref_latency_us``
         and ``speedup = ref_latency / latency``; ``bw_GBps``/``ref_bw_GBps`` and
-        ``bw_ratio = bw / ref_bw``; the same for ``bibw``; ``wrong``/``ref_wrong``.
+        ``bw_ratio = bw / ref_bw``; the same for ``bibw``; ``mr_us``/``ref_mr_us`` and
+        ``obj_latency_us``/``ref_obj_latency_us`` with ``mr_ratio``/``obj_ratio`` = time /
+        reference time (<1 means ``rows`` is faster, as the issue figures are stated);
+        ``wrong``/``ref_wrong``.
     """
     ref = {r["size"]: r for r in ref_rows}
     out = []
@@ -419,6 +474,12 @@ def compare_p2p_results(rows: Sequence[dict], ref_rows: Sequence[dict]) -> list[
                 "bibw_GBps": r.get("bibw_GBps"),
                 "ref_bibw_GBps": o.get("bibw_GBps"),
                 "bibw_ratio": ratio(r.get("bibw_GBps"), o.get("bibw_GBps")),
+                "mr_us": r.get("mr_us"),
+                "ref_mr_us": o.get("mr_us"),
+                "mr_ratio": ratio(r.get("mr_us"), o.get("mr_us")),
+                "obj_latency_us": r.get("obj_latency_us"),
+                "ref_obj_latency_us": o.get("obj_latency_us"),
+                "obj_ratio": ratio(r.get("obj_latency_us"), o.get("obj_latency_us")),
                 "wrong": int(r.get("wrong", 0)),
                 "ref_wrong": int(o.get("wrong", 0)),
             }
@@ -461,6 +522,7 @@ def format_p2p_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict)
     out += [
         _method_line(meta),
         f"# speedup = {b} latency / {a} latency; bw ratio = {a} bw / {b} bw; >1 means {a} is better",
+        f"# mr x, obj x = {a} time / {b} time (per message, per object one way); <1 means {a} is faster",
     ]
     columns = [
         ("size", "(B)"),
@@ -473,6 +535,12 @@ def format_p2p_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict)
         (f"bibw {a}", "(GB/s)"),
         (f"bibw {b}", "(GB/s)"),
         ("bibw ratio", "(x)"),
+        (f"mr {a}", "(us)"),
+        (f"mr {b}", "(us)"),
+        ("mr x", ""),
+        (f"obj {a}", "(us)"),
+        (f"obj {b}", "(us)"),
+        ("obj x", ""),
         ("#wrong", ""),
     ]
     cells = [
@@ -487,6 +555,12 @@ def format_p2p_compare_table(merged: Sequence[dict], meta: dict, ref_meta: dict)
             format_cell(m["bibw_GBps"], ".4f"),
             format_cell(m["ref_bibw_GBps"], ".4f"),
             format_cell(m["bibw_ratio"], ".2f"),
+            format_cell(m["mr_us"], ".3f"),
+            format_cell(m["ref_mr_us"], ".3f"),
+            format_cell(m["mr_ratio"], ".2f"),
+            format_cell(m["obj_latency_us"], ".2f"),
+            format_cell(m["ref_obj_latency_us"], ".2f"),
+            format_cell(m["obj_ratio"], ".2f"),
             str(m["wrong"] + m["ref_wrong"]),
         ]
         for m in merged
@@ -504,8 +578,12 @@ def format_p2p_progress(index: int, count: int, row: dict, impl: str = "") -> st
         parts.append(f"lat {row['latency_us']:.2f} us")
     if row.get("bw_GBps") is not None:
         parts.append(f"bw {row['bw_GBps']:.4f} GB/s")
+    if row.get("mr_us") is not None:
+        parts.append(f"mr {row['mr_us']:.3f} us/msg")
     if row.get("bibw_GBps") is not None:
         parts.append(f"bibw {row['bibw_GBps']:.4f} GB/s")
+    if row.get("obj_latency_us") is not None:
+        parts.append(f"obj {row['obj_latency_us']:.2f} us")
     if row.get("wrong"):
         parts.append(f"WRONG {row['wrong']}")
     return " ".join(parts)

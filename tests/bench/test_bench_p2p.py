@@ -17,8 +17,9 @@ from gpumpi.bench import _common, p2p
 from gpumpi.testing import run_ranks
 
 
-def _row(size, lat=None, bw=None, bibw=None, wrong=0):
-    return {"size": size, "latency_us": lat, "bw_GBps": bw, "bibw_GBps": bibw, "wrong": wrong, "iters": {}}
+def _row(size, lat=None, bw=None, bibw=None, wrong=0, mr=None, obj=None):
+    return {"size": size, "latency_us": lat, "bw_GBps": bw, "mr_us": mr, "bibw_GBps": bibw, "obj_latency_us": obj,
+            "wrong": wrong, "iters": {}}
 
 
 META = {"suite": "p2p", "impl": "gpumpi", "library": "gpumpi 0.1.0", "nranks": 2, "buffer": "numpy", "window": 64}
@@ -68,7 +69,8 @@ def test_plan_iterations_scales_down_large_messages():
 
 
 def test_format_table_aligned_with_units_and_header():
-    rows = [_row(0, 2.5), _row(8, 3.25, 0.0036, 0.0041), _row(16 << 20, 2918.6, 5.8012, 7.935)]
+    rows = [_row(0, 2.5, obj=4.0), _row(8, 3.25, 0.0036, 0.0041, mr=2.2222, obj=4.5),
+            _row(16 << 20, 2918.6, 5.8012, 7.935, mr=2892.1, obj=9000.25)]
     text = bench.format_table(rows, META)
     lines = text.splitlines()
     assert lines[0] == "# gpumpi p2p, 2 ranks, host numpy buffers"
@@ -78,12 +80,13 @@ def test_format_table_aligned_with_units_and_header():
     assert len(head) == 1
     i = lines.index(head[0])
     units, body = lines[i + 1], lines[i + 2 : i + 5]
-    assert "(B)" in units and "(us)" in units and "(GB/s)" in units
+    assert "(B)" in units and "(us)" in units and "(GB/s)" in units and "(us/msg)" in units
+    assert "msg rate" in head[0] and "obj lat" in head[0]
     # right-aligned: every body line has the same width as the column-name header
     assert {len(ln) for ln in body} == {len(head[0])}
-    assert body[0].split() == ["0", "2.50", "-", "-", "0"]
-    assert body[1].split() == ["8", "3.25", "0.0036", "0.0041", "0"]
-    assert body[2].split() == ["16777216", "2918.60", "5.8012", "7.9350", "0"]
+    assert body[0].split() == ["0", "2.50", "-", "-", "-", "4.00", "0"]
+    assert body[1].split() == ["8", "3.25", "0.0036", "2.222", "0.0041", "4.50", "0"]
+    assert body[2].split() == ["16777216", "2918.60", "5.8012", "2892.100", "7.9350", "9000.25", "0"]
     assert lines[-1] == "# Wrong values : 0 OK"
 
 
@@ -105,21 +108,27 @@ def test_compare_results_ratios_favour_gpumpi_above_one():
     assert m8["bw_ratio"] == pytest.approx(2.0)  # gpumpi bw / mpi4py bw
     assert m8["bibw_ratio"] == pytest.approx(0.5)
     assert m8["latency_us"] == 1.0 and m8["ref_latency_us"] == 3.0
+    assert m8["mr_ratio"] is None and m8["obj_ratio"] is None  # not measured
+    t = bench.compare_results([_row(8, 1.0, mr=1.5, obj=3.0)], [_row(8, 1.0, mr=3.0, obj=2.0)])[0]
+    assert t["mr_ratio"] == pytest.approx(0.5) and t["obj_ratio"] == pytest.approx(1.5)  # time / reference time
+    assert (t["mr_us"], t["ref_mr_us"], t["obj_latency_us"], t["ref_obj_latency_us"]) == (1.5, 3.0, 3.0, 2.0)
 
 
 def test_format_compare_table():
-    merged = bench.compare_results([_row(8, 1.0, 2.0, 3.0)], [_row(8, 3.0, 1.0, 6.0)])
+    merged = bench.compare_results([_row(8, 1.0, 2.0, 3.0, mr=1.25, obj=3.0)], [_row(8, 3.0, 1.0, 6.0, mr=1.0, obj=2.0)])
     text = bench.format_compare_table(merged, META, REF_META)
     lines = text.splitlines()
     assert lines[0] == "# gpumpi vs mpi4py p2p, 2 ranks, host numpy buffers"
     assert "# mpi4py MPI library: MPICH Version: 5.0.2" in lines
     assert any("speedup = mpi4py latency / gpumpi latency" in ln for ln in lines)
     head = next(ln for ln in lines if "lat gpumpi" in ln)
-    for col in ("lat mpi4py", "speedup", "bw gpumpi", "bw mpi4py", "bw ratio", "bibw ratio", "#wrong"):
+    for col in ("lat mpi4py", "speedup", "bw gpumpi", "bw mpi4py", "bw ratio", "bibw ratio", "mr gpumpi", "mr mpi4py",
+                "mr x", "obj gpumpi", "obj mpi4py", "obj x", "#wrong"):
         assert col in head
     body = lines[lines.index(head) + 2]
     assert len(body) == len(head)
-    assert body.split() == ["8", "1.00", "3.00", "3.00", "2.0000", "1.0000", "2.00", "3.0000", "6.0000", "0.50", "0"]
+    assert body.split() == ["8", "1.00", "3.00", "3.00", "2.0000", "1.0000", "2.00", "3.0000", "6.0000", "0.50",
+                            "1.250", "1.000", "1.25", "3.00", "2.00", "1.50", "0"]
     assert lines[-1] == "# Wrong values : 0 OK"
     # the same implementation on both sides still gets distinct column names
     same = bench.format_compare_table(merged, REF_META, REF_META)
@@ -159,14 +168,16 @@ def _inner_cmd(np, *args):
 def _check_rows(rows, sizes):
     assert [r["size"] for r in rows] == sizes
     for r in rows:
-        assert set(r) >= {"size", "latency_us", "bw_GBps", "bibw_GBps", "wrong", "iters"}
-        assert r["latency_us"] > 0
+        assert set(r) >= {"size", "latency_us", "bw_GBps", "mr_us", "bibw_GBps", "obj_latency_us", "wrong", "iters"}
+        assert r["latency_us"] > 0 and r["obj_latency_us"] > 0
         assert r["wrong"] == 0
         if r["size"] == 0:
-            assert r["bw_GBps"] is None and r["bibw_GBps"] is None
+            assert r["bw_GBps"] is None and r["bibw_GBps"] is None and r["mr_us"] is None
         else:
             assert r["bw_GBps"] > 0 and r["bibw_GBps"] > 0
-            assert set(r["iters"]) == {"latency", "bw", "bibw"}
+            # the same measurement: time per message = size / bandwidth
+            assert r["mr_us"] == pytest.approx(r["size"] / (r["bw_GBps"] * 1e3), rel=1e-9)
+            assert set(r["iters"]) == {"latency", "bw", "bibw", "object"}
 
 
 @pytest.mark.mpi
@@ -202,7 +213,7 @@ def test_inner_suite_prints_table_on_rank0_with_idle_rank(tmp_path):
     assert lines[-1] == "# Wrong values : 0 OK"
     assert [ln.split()[0] for ln in lines if not ln.startswith("#")] == ["8", "4096"]
     _check_rows(json.loads(json_path.read_text())["results"], [8, 4096])
-    assert csv_path.read_text().splitlines()[0].startswith("impl,size,latency_us,bw_GBps,bibw_GBps,wrong")
+    assert csv_path.read_text().splitlines()[0].startswith("impl,size,latency_us,bw_GBps,mr_us,bibw_GBps,obj_latency_us,wrong")
 
 
 @pytest.mark.mpi
@@ -312,7 +323,7 @@ def test_p2p_sim_through_the_cli(tmp_path):
     for r in doc["results"]:
         assert r["wrong"] == 0 and r["latency_us"] > 0
         assert (r["bw_GBps"] is None) == (r["size"] == 0)
-    assert cpath.read_text().splitlines()[0].startswith("impl,size,latency_us,bw_GBps,bibw_GBps,wrong")
+    assert cpath.read_text().splitlines()[0].startswith("impl,size,latency_us,bw_GBps,mr_us,bibw_GBps,obj_latency_us,wrong")
 
 
 @pytest.mark.mpi
