@@ -218,3 +218,44 @@ def _indexed_eager():
 def test_indexed_eager_messages_do_not_view_the_reused_memory():
     env = dict(ON, GPUMPI_EAGER_LIMIT=str(1 << 20))
     assert run_ranks(_indexed_eager, 2, timeout=90, env=env) == ["sent", "checked"]
+
+
+def _lowercase_collectives():
+    """The lowercase collectives' blocking messages take the compiled path too (on the collective
+    context); their results are the objects, as every rank computes them itself."""
+    from gpumpi import MPI
+    from gpumpi import _runtime as rt
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    c.Barrier()
+    eng = rt.ENGINE
+    saved, fast = eng.irecv, eng.recv_fast
+    used = _counting(eng, c._ctx + 1)
+    took = []
+
+    def counted_fast(source, wpeer, tag, ctx, *a):
+        o = fast(source, wpeer, tag, ctx, *a)
+        if o is not None and ctx == c._ctx + 1:
+            took.append(tag)
+        return o
+
+    eng.recv_fast = counted_fast
+    try:
+        for i in range(200):
+            root = i % n
+            got = c.bcast({"i": i, "root": root, "xs": [root] * (i % 7)} if r == root else None, root)
+            assert got == {"i": i, "root": root, "xs": [root] * (i % 7)}
+            assert c.gather((r, i), root) == ([(p, i) for p in range(n)] if r == root else None)
+            assert c.reduce(r + i, MPI.SUM, root) == (sum(range(n)) + n * i if r == root else None)
+    finally:
+        eng.irecv, eng.recv_fast = saved, fast
+    return len(used), len(took)
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_lowercase_collectives_take_the_compiled_path(n):
+    counts = run_ranks(_lowercase_collectives, n, timeout=90, env=ON)
+    took = [t for _general, t in counts]
+    if n > 1:  # every rank received by the compiled path, most of the blocking receives in all
+        assert min(took) > 0 and sum(took) >= 100 * (n - 1), counts

@@ -47,8 +47,8 @@ from ..errors import error
 from ..request import Request, done_xfer
 from ..status import Status
 
-__all__ = ["EAGER", "IRECV", "ISEND", "NOW", "RECV", "SEND", "object_pairing", "object_receiving", "object_sending",
-           "pairing", "receiving", "sending"]
+__all__ = ["EAGER", "IRECV", "ISEND", "NOW", "RECV", "SEND", "object_pairing", "object_receiving", "object_recv",
+           "object_send", "object_sending", "pairing", "receiving", "sending"]
 
 #: the operation of every Isend the fast path completed at once (shared: nothing writes a
 #: completed operation; each request still has a handle of its own)
@@ -264,34 +264,38 @@ def _recv_guard_obj(self, buf, source, tag, status) -> bool:
     ctx = self._ctx
     return buf is None and type(source) is int and type(tag) is int and -2 <= source < len(self._w) and \
         source != -1 and -1 <= tag <= TAG_UB_VALUE and ctx >= 0 and ctx not in FREED and \
-        (status is None or type(status) is Status) and not _threads()
+        (status is None or type(status) is Status)
 
 
-def _osend_now(self, obj, dest: int, tag: int, call: str):
-    """Pickle ``obj`` once and write it by the compiled call: None when written (complete), else
-    the general path's send of the same pickle (an Xfer, maybe SENT)."""
+def object_send(world, me: int, ctx: int, dest: int, tag: int, obj, call: str):
+    """Send ``obj`` to communicator rank ``dest`` (valid, as ``tag`` and ``ctx``) on context ``ctx``:
+    pickled once and written by the compiled call (None: written, complete), else the general
+    path's send of the same pickle (an Xfer, maybe ``SENT``).  Also the lowercase collectives'."""
     b = dumps_small(obj)
     if b is None:
         p = dumps_parts(obj)
     else:
-        if _rt.ENGINE.send_fast(self._w[dest], self._rank, self._ctx, tag, _id(b) + _BYTES, len(b), 0):
+        if _rt.ENGINE.send_fast(world[dest], me, ctx, tag, _id(b) + _BYTES, len(b), 0):
             return None
         p = ([b], len(b), None)
-    return isend_pickled(p, dest, self._w, self._rank, tag, self._ctx, _STANDARD, call)
+    return isend_pickled(p, dest, world, me, tag, ctx, _STANDARD, call)
 
 
-def _orecv_now(self, source: int, tag: int, status, call: str):
-    """The object of an eager message received by the compiled call, as a one-tuple; None when it
-    declined (nothing consumed: the general path receives)."""
+def object_recv(world, ctx: int, source: int, tag: int, status, call: str):
+    """The object of an eager message from ``source`` (communicator rank or ANY_SOURCE, valid, as
+    ``tag``) on ``ctx``, received by the compiled call into reused memory, as a one-tuple; None
+    when it declined or other threads run (nothing consumed: the general path receives)."""
+    if _threads():
+        return None
     eng = _rt.ENGINE
     mv, addr, cap = eng.oscratch or eng.object_scratch()
-    o = eng.recv_fast(source, source if source < 0 else self._w[source], tag, self._ctx, addr, cap, 0)
+    o = eng.recv_fast(source, source if source < 0 else world[source], tag, ctx, addr, cap, 0)
     if o is None:
         return None
     src, tg, n, _ = o.tolist()
     if status is not None:
         status._fill(src, tg, n)
-    return (load_reused(mv[:n], src, call, self._w, self._ctx),)
+    return (load_reused(mv[:n], src, call, world, ctx),)
 
 
 def object_sending(mode: int):
@@ -305,7 +309,7 @@ def object_sending(mode: int):
             if not _send_guard(self, dest, tag):
                 return general(self, obj, dest, tag)
             try:
-                x = _osend_now(self, obj, dest, tag, name)
+                x = object_send(self._w, self._rank, self._ctx, dest, tag, obj, name)
                 if isend:
                     return Request._of(_SENT_NOW, self, None, None) if x is None else self._req(x)
                 if x is not None:
@@ -325,7 +329,7 @@ def object_receiving(general):
     def call(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         if _recv_guard_obj(self, buf, source, tag, status):
             try:
-                got = _orecv_now(self, source, tag, status, "recv")
+                got = object_recv(self._w, self._ctx, source, tag, status, "recv")
             except MPIException as e:
                 return self._raise(e)
             if got is not None:
@@ -344,9 +348,9 @@ def object_pairing(recv_rest):
             if not (_send_guard(self, dest, sendtag) and _recv_guard_obj(self, recvbuf, source, recvtag, status)):
                 return general(self, sendobj, dest, sendtag, recvbuf, source, recvtag, status)
             try:
-                x = _osend_now(self, sendobj, dest, sendtag, "sendrecv")
+                x = object_send(self._w, self._rank, self._ctx, dest, sendtag, sendobj, "sendrecv")
                 if x is None:
-                    got = _orecv_now(self, source, recvtag, status, "sendrecv")
+                    got = object_recv(self._w, self._ctx, source, recvtag, status, "sendrecv")
                     if got is not None:
                         return got[0]
                 obj = recv_rest(self, source, recvtag, status, "sendrecv")

@@ -28,17 +28,19 @@ from __future__ import annotations
 from .. import _objects
 from .. import _pickle
 from .. import _runtime as _rt
+from .._fastpath.api import object_recv, object_send
+from .._xfer import SENT
 from ..constants import PROC_NULL, ROOT
 from ._calls import inter_root
 
-_STANDARD = 0
 
 
 # --- messages ------------------------------------------------------------------------------------
 
 
 def _isend(comm, obj, dest: int, tag: int, call: str):
-    return _objects.isend(obj, dest, comm._w, comm._rank, tag, comm._ctx + 1, _STANDARD, call)
+    x = object_send(comm._w, comm._rank, comm._ctx + 1, dest, tag, obj, call)  # the compiled path first
+    return SENT if x is None else x
 
 
 def _irecv(comm, src: int, tag: int, call: str):
@@ -55,7 +57,8 @@ def _send(comm, obj, dest: int, tag: int, call: str) -> None:
 
 
 def _recv(comm, src: int, tag: int, call: str):
-    return _load(comm, _irecv(comm, src, tag, call), call)
+    got = object_recv(comm._w, comm._ctx + 1, src, tag, None, call)  # the compiled path first
+    return got[0] if got is not None else _load(comm, _irecv(comm, src, tag, call), call)
 
 
 def _sendrecv(comm, obj, peer: int, tag: int, call: str):
