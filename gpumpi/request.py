@@ -82,6 +82,9 @@ def _all_done(xs: list):
     return done
 
 
+_new = object.__new__
+
+
 class Request(Handle):
     """Request handle (MPI_Request)."""
 
@@ -105,7 +108,7 @@ class Request(Handle):
 
     @classmethod
     def _of(cls, x, comm=None, post=None, keep=None) -> "Request":
-        r = cls.__new__(cls)
+        r = _new(cls)  # Handle.__new__ is object.__new__ behind a Python frame: the hot path skips it
         r._x, r._comm, r._post, r._keep, r._value = x, comm, post, keep, None
         return r  # its handle value is given on first use (_hown)
 
