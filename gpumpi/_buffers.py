@@ -332,6 +332,16 @@ def _fast_dtype(dtype):
     return code
 
 
+def fast_dtypes() -> dict:
+    """The table of :func:`host_fast`: id(builtin NumPy dtype) -> signature code (None: not for it)."""
+    return _FAST_DT
+
+
+def fast_datatypes() -> dict:
+    """The table of :func:`host_fast`: id(predefined Datatype) -> (size, signature code)."""
+    return _FAST_TYPE
+
+
 def _fast_types() -> None:
     from .datatypes import predefined
 
@@ -657,3 +667,7 @@ def message_vector(spec, readonly: bool, rank: int, blocks: int, call: str = "")
     m.contiguous = datatype._contig
     m._mem = None
     return m
+
+
+#: public names of the fillers, for the compiled twin of :func:`host_fast` (gpumpi._compiled)
+fast_dtype, fast_datatypes_fill = _fast_dtype, _fast_types

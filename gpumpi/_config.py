@@ -61,6 +61,9 @@ GPUMPI_ASYNC_PROGRESS 1: start a progress thread.
 GPUMPI_FASTPATH       auto (default), on or off: the compiled small-message path
                       (:mod:`gpumpi.ipc.fastring`); auto compiles it after 256 eligible calls,
                       so short programs never import numba for it.
+GPUMPI_COMPILED       1 (default) or 0: run the compiled entry points (``_gpumpi_fast``, built by
+                      ``pip install .`` where a C compiler is there) or their Python twins
+                      (:mod:`gpumpi._compiled`).
 GPUMPI_NVTX           0: disable NVTX ranges even when nvtx is importable (default 1).
 GPUMPI_FAULTHANDLER   0: the rank does not register faulthandler on SIGUSR1 (test harnesses
                       that register their own dump file set this).
@@ -102,6 +105,7 @@ class Config:
     device: str = "auto"
     async_progress: bool = False
     fastpath: int = 256  # compiled small-message path: after this many eligible calls (0: at once, -1: never)
+    compiled: bool = True  # the compiled entry points (gpumpi._compiled), where built
     nvtx: bool = True
     faulthandler: bool = True
     pickle_protocol: int | None = None
@@ -216,6 +220,7 @@ def _read(env) -> Config:
         device=env.get("GPUMPI_DEVICE", "auto").strip().lower() or "auto",
         async_progress=_bool(env, "GPUMPI_ASYNC_PROGRESS", False),
         fastpath=_fastpath(env.get("GPUMPI_FASTPATH", "")),
+        compiled=_bool(env, "GPUMPI_COMPILED", True),
         nvtx=_bool(env, "GPUMPI_NVTX", True),
         faulthandler=_bool(env, "GPUMPI_FAULTHANDLER", True),
         pickle_protocol=_int(env, "MPI4PY_PICKLE_PROTOCOL", 0) if env.get("MPI4PY_PICKLE_PROTOCOL") else None,

@@ -66,8 +66,10 @@ def init(required: int = THREAD_MULTIPLE) -> None:
         cfg = world.cfg  # under an MPI launcher: with the rank and size mpi4py gave
         if cfg.launched or world.mpi is not None:
             _install_rank_hooks(cfg.rank, cfg.faulthandler)
+        from ._compiled import apply
         from ._device import set_device_mode
 
+        apply(cfg.compiled)
         set_device_mode(cfg.device)
         SEG = world.seg if world.mpi is None else None  # abort: the launcher's way (mpi: MPI_Abort)
         ENGINE = Engine(world)

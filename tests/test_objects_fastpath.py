@@ -135,9 +135,10 @@ def _bad_input():
     return c.rank
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])  # the compiled layer's twins, or the Python ones
 @pytest.mark.parametrize("n", [1, 2])
-def test_bad_input_gets_the_general_errors(n):
-    assert run_ranks(_bad_input, n, timeout=60, env=ON) == list(range(n))
+def test_bad_input_gets_the_general_errors(n, compiled):
+    assert run_ranks(_bad_input, n, timeout=60, env=dict(ON, GPUMPI_COMPILED=compiled)) == list(range(n))
 
 
 def _device_parts():

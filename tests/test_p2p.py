@@ -467,9 +467,10 @@ def _bad_input():
     assert not c.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])  # the compiled layer's twins, or the Python ones
 @pytest.mark.parametrize("n", [1, 3])
-def test_bad_input(n):
-    run_ranks(_bad_input, n)
+def test_bad_input(n, compiled):
+    run_ranks(_bad_input, n, env={"GPUMPI_COMPILED": compiled, "GPUMPI_FASTPATH": "on"})
 
 
 def _threads():

@@ -67,9 +67,10 @@ def _ring_fast():
     return r
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])  # the compiled layer's twins, or the Python ones
 @pytest.mark.parametrize("n", WORLD_SIZES)
-def test_fast_path_carries_small_messages(n):
-    assert run_ranks(_ring_fast, n, timeout=90, env=ON) == list(range(n))
+def test_fast_path_carries_small_messages(n, compiled):
+    assert run_ranks(_ring_fast, n, timeout=90, env=dict(ON, GPUMPI_COMPILED=compiled)) == list(range(n))
 
 
 def _fallbacks():
@@ -118,9 +119,11 @@ def _fallbacks():
     return "checked"
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])
 @pytest.mark.parametrize("fast", ["on", "auto", "off"])
-def test_fallbacks_keep_mpi_semantics(fast):
-    assert run_ranks(_fallbacks, 3, timeout=60, env={"GPUMPI_FASTPATH": fast}) == ["sent", "checked", "idle"]
+def test_fallbacks_keep_mpi_semantics(fast, compiled):
+    env = {"GPUMPI_FASTPATH": fast, "GPUMPI_COMPILED": compiled}
+    assert run_ranks(_fallbacks, 3, timeout=60, env=env) == ["sent", "checked", "idle"]
 
 
 def _many_senders():
