@@ -34,17 +34,28 @@ def _counting(eng, ctx: int) -> list:
     return used
 
 
-def _ring_objects():
-    from gpumpi import MPI
+def _ring_objects(device_aware: bool):
+    from gpumpi import MPI, _pickle
     from gpumpi import _runtime as rt
 
+    if device_aware:  # as once a device library is loaded: the device-aware pickler makes the stream
+        _pickle._seen_device = True
     c = MPI.COMM_WORLD
     r, n = c.rank, c.size
     nxt, prv = (r + 1) % n, (r - 1) % n
     c.Barrier()
     eng = rt.ENGINE
-    saved = eng.irecv
+    saved, send_fast = eng.irecv, eng.send_fast
     used = _counting(eng, c._ctx)
+    written = []
+
+    def counted_send(wpeer, src, ctx, tag, addr, nbytes, sig):
+        ok = send_fast(wpeer, src, ctx, tag, addr, nbytes, sig)
+        if ok and ctx == c._ctx:
+            written.append(tag)
+        return ok
+
+    eng.send_fast = counted_send
     try:
         for i in range(300):
             obj = {"i": i, "from": r, "xs": list(range(i % 13)), "s": "x" * (i % 50), "f": i / 7}
@@ -62,15 +73,17 @@ def _ring_objects():
             size = len(pickle.dumps(got, pickle.HIGHEST_PROTOCOL))
             assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)) == (prv, i % 4, size)
     finally:
-        eng.irecv = saved
+        eng.irecv, eng.send_fast = saved, send_fast
     assert eng.frecv is not None
     assert len(used) <= 30, f"{len(used)} of 300 object receives took the general path"
+    assert len(written) >= 270, f"{300 - len(written)} of 300 object sends took the general path"
     return r
 
 
+@pytest.mark.parametrize("device_aware", [False, True])
 @pytest.mark.parametrize("n", WORLD_SIZES)
-def test_small_objects_take_the_compiled_path(n):
-    assert run_ranks(_ring_objects, n, timeout=90, env=ON) == list(range(n))
+def test_small_objects_take_the_compiled_path(n, device_aware):
+    assert run_ranks(_ring_objects, n, args=(device_aware,), timeout=90, env=ON) == list(range(n))
 
 
 def _declined():

@@ -272,12 +272,18 @@ def object_send(world, me: int, ctx: int, dest: int, tag: int, obj, call: str):
     pickled once and written by the compiled call (None: written, complete), else the general
     path's send of the same pickle (an Xfer, maybe ``SENT``).  Also the lowercase collectives'."""
     b = dumps_small(obj)
-    if b is None:
+    if b is None:  # (a device array possible: the device-aware pickler, which may still make one bytes)
         p = dumps_parts(obj)
+        bufs = p[0]
+        if p[2] is None and len(bufs) == 1 and type(bufs[0]) is bytes:
+            b = bufs[0]
     else:
+        p = None
+    if b is not None:
         if _rt.ENGINE.send_fast(world[dest], me, ctx, tag, _id(b) + _BYTES, len(b), 0):
             return None
-        p = ([b], len(b), None)
+        if p is None:
+            p = ([b], len(b), None)
     return isend_pickled(p, dest, world, me, tag, ctx, _STANDARD, call)
 
 
@@ -349,7 +355,10 @@ def object_pairing(recv_rest):
                 return general(self, sendobj, dest, sendtag, recvbuf, source, recvtag, status)
             try:
                 x = object_send(self._w, self._rank, self._ctx, dest, sendtag, sendobj, "sendrecv")
-                if x is None:
+                if x is not None and x.done:  # sent at once by the general path: its error, if any, now
+                    self._wait(x, None, "sendrecv")
+                    x = None
+                if x is None:  # (a send still in progress needs the engine: the general receive waits)
                     got = object_recv(self._w, self._ctx, source, recvtag, status, "sendrecv")
                     if got is not None:
                         return got[0]
