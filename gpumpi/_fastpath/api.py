@@ -257,7 +257,7 @@ _id = id
 def _send_guard(self, dest, tag) -> bool:
     ctx = self._ctx
     return type(dest) is int and type(tag) is int and 0 <= dest < len(self._w) and 0 <= tag <= TAG_UB_VALUE and \
-        ctx >= 0 and ctx not in FREED and _BYTES is not None
+        ctx >= 0 and ctx not in FREED
 
 
 def _recv_guard_obj(self, buf, source, tag, status) -> bool:
@@ -279,11 +279,11 @@ def object_send(world, me: int, ctx: int, dest: int, tag: int, obj, call: str):
             b = bufs[0]
     else:
         p = None
-    if b is not None:
+    if b is not None and _BYTES is not None:  # (None: not CPython's bytes layout)
         if _rt.ENGINE.send_fast(world[dest], me, ctx, tag, _id(b) + _BYTES, len(b), 0):
             return None
-        if p is None:
-            p = ([b], len(b), None)
+    if p is None:
+        p = ([b], len(b), None)
     return isend_pickled(p, dest, world, me, tag, ctx, _STANDARD, call)
 
 
