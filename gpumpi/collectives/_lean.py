@@ -1,4 +1,4 @@
-"""Lean blocking collectives (L5): Barrier, and Bcast/Allreduce/Reduce of small host arrays, in a tight loop.
+"""Lean blocking collectives (L5): Barrier, and Bcast/Allreduce/Reduce/Allgather/Alltoall of small host arrays, in a tight loop.
 
 Theory of operation
 ===================
@@ -99,7 +99,7 @@ from ..op import OP_NULL_HANDLE, Op
 from . import _calls
 from .schedule import COPY, RBUF, RECV, RED, SBUF, SEND, TMP
 
-__all__ = ["ENABLED", "MAX_BYTES", "barrier", "bcast", "allreduce", "reduce"]
+__all__ = ["ENABLED", "MAX_BYTES", "allgather", "allreduce", "alltoall", "barrier", "bcast", "reduce"]
 
 #: False: every call takes the executor (tests mix the two paths across ranks with it)
 ENABLED = True
@@ -780,6 +780,54 @@ def allreduce(comm, sendbuf, recvbuf, op) -> bool:
     if _go(p, comm, "Allreduce", ws, ra, sa) and PEEK_OK:  # compiled: remember the kinds of these arguments
         _LAST.keep(comm, p, n, _kind(recvbuf), None if inplace else _kind(sendbuf), op)
     return True
+
+
+def _exchange(comm, sendbuf, recvbuf, coll: str, call: str) -> bool:
+    """MPI_Allgather (``coll`` "allgather": this rank's block of the receive buffer from the send
+    buffer) or MPI_Alltoall ("alltoall": a send buffer as large as the receive buffer) of small
+    host arrays on intracommunicator ``comm``; False: not taken.  The send buffer IN_PLACE (or
+    None), or of the bytes the executor would take as they are (its datatype may differ: the
+    messages carry the receive datatype's signature code, as the executor's)."""
+    if FAR and _calls._nodes_of(comm) is not None:
+        return False
+    h = _host(recvbuf, True)
+    if h is None:
+        return False
+    ra, dt, raddr = h
+    n = ra.nbytes
+    rank, size = comm._rank, comm._size
+    if n > MAX_BYTES or n % (size * dt._size):
+        return False
+    inplace = sendbuf is None or sendbuf is IN_PLACE
+    sa, saddr = None, 0
+    if not inplace:
+        s = _host(sendbuf, False)
+        if s is None or s[0].nbytes != (n // size if coll == "allgather" else n):
+            return False  # (another size: the executor reports or resizes it)
+        sa, saddr = s[0], s[2]
+    comm._check(call)
+    key = (coll, rank, size, n, inplace, dt._rec)
+    p = _PLANS.get(key)
+    if p is None:  # (the schedule's n is one rank's block, as the executor gives it)
+        p = _keep(key, _Plan(_calls._schedule(coll, rank, size, unit=1, memory="host", n=n // size, inplace=inplace),
+                             1, n, _sig(dt)))
+    ws = p.free.pop() if p.free else p.take()
+    cb = ws.cb
+    cb[RBUF] = raddr
+    if not inplace:
+        cb[SBUF] = saddr
+    _go(p, comm, call, ws, ra, sa)
+    return True
+
+
+def allgather(comm, sendbuf, recvbuf) -> bool:
+    """MPI_Allgather on intracommunicator ``comm``; False: not taken."""
+    return _exchange(comm, sendbuf, recvbuf, "allgather", "Allgather")
+
+
+def alltoall(comm, sendbuf, recvbuf) -> bool:
+    """MPI_Alltoall on intracommunicator ``comm``; False: not taken."""
+    return _exchange(comm, sendbuf, recvbuf, "alltoall", "Alltoall")
 
 
 def _kind(spec):

@@ -125,6 +125,13 @@ class Collectives:
 
     def Allgather(self, sendbuf, recvbuf, *, stream=None) -> None:
         """Gather data from all processes to all processes (MPI_Allgather)."""
+        if stream is None and _lean.ENABLED and not self._inter:
+            try:
+                if _lean.allgather(self, sendbuf, recvbuf):
+                    return
+            except MPIException as e:
+                self._raise(e)
+                return
         return self._coll_block(_calls.allgather, "Allgather", False, sendbuf, recvbuf, stream=stream)
 
     def Allgatherv(self, sendbuf, recvbuf, *, stream=None) -> None:
@@ -133,6 +140,13 @@ class Collectives:
 
     def Alltoall(self, sendbuf, recvbuf, *, stream=None) -> None:
         """All-to-all scatter/gather (MPI_Alltoall)."""
+        if stream is None and _lean.ENABLED and not self._inter:
+            try:
+                if _lean.alltoall(self, sendbuf, recvbuf):
+                    return
+            except MPIException as e:
+                self._raise(e)
+                return
         return self._coll_block(_calls.alltoall, "Alltoall", False, sendbuf, recvbuf, stream=stream)
 
     def Alltoallv(self, sendbuf, recvbuf, *, stream=None) -> None:

@@ -1,4 +1,4 @@
-"""The lean path of blocking Barrier/Bcast/Allreduce (collectives._lean) against the executor.
+"""The lean path of blocking Barrier/Bcast/Allreduce/Reduce/Allgather/Alltoall (collectives._lean) against the executor.
 
 The lean path must send exactly the executor's messages, so that ranks on either path meet
 in one call: the engine calls of a run of collectives are recorded on every rank with the
@@ -80,6 +80,26 @@ def _calls(c, MPI, seed=0):
                     c.Reduce(MPI.IN_PLACE if rank == root else vals(rank, count, dt, seed), got, op, root)
                     if rank == root:
                         assert np.array_equal(got, want), (count, dt, name, root, "IN_PLACE")
+            # Allgather and Alltoall: every rank's block, in rank order (NumPy's concatenation); above
+            # the lean path's size (a receive buffer of size blocks) they are the executor's anyway
+            from gpumpi.collectives._lean import MAX_BYTES
+
+            if count * size * np.dtype(dt).itemsize > MAX_BYTES:
+                continue
+            want = np.concatenate([vals(p, count, dt, seed) for p in range(size)])
+            got = np.full(count * size, 33, dt)
+            c.Allgather(vals(rank, count, dt, seed), got)
+            assert np.array_equal(got, want), (count, dt, "Allgather", got, want)
+            got = np.full(count * size, 44, dt)
+            got[rank * count:(rank + 1) * count] = vals(rank, count, dt, seed)
+            c.Allgather(MPI.IN_PLACE, got)
+            assert np.array_equal(got, want), (count, dt, "Allgather IN_PLACE")
+            out.append(got.tolist())
+            sent = [vals(rank * size + p, count, dt, seed) for p in range(size)]  # block p goes to rank p
+            got = np.full(count * size, 22, dt)
+            c.Alltoall(np.concatenate(sent), got)
+            want = np.concatenate([vals(p * size + rank, count, dt, seed) for p in range(size)])
+            assert np.array_equal(got, want), (count, dt, "Alltoall", got, want)
         c.Barrier()
     return out
 
@@ -107,7 +127,7 @@ def _record(lean: bool):
     isend, irecv, send_fast, recv_fast = eng.isend, eng.irecv, eng.send_fast, eng.recv_fast
 
     def rec_isend(bufs, nbytes, wpeer, src, tag, ctx, mode, call, addrs=None, sig=0):
-        assert mode == 0 and call in ("Barrier", "Bcast", "Allreduce", "Reduce"), (mode, call)
+        assert mode == 0 and call in ("Barrier", "Bcast", "Allreduce", "Reduce", "Allgather", "Alltoall"), (mode, call)
         log.append(("send", wpeer, src, tag, ctx, nbytes, sig))
         return isend(bufs, nbytes, wpeer, src, tag, ctx, mode, call, addrs, sig)
 
