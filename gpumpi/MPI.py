@@ -431,9 +431,7 @@ def _rc_env(rc, name: str, default):
     """One option as mpi4py's import reads it: ``MPI4PY_RC_<NAME>`` wins over ``mpi4py.rc.<name>``
     and is written back to rc (digits become an int where the default is one, mpi4py's boolean
     words a bool, anything else lower-cased)."""
-    import os
-
-    raw = os.environ.get("MPI4PY_RC_" + name.upper())
+    raw = _os.environ.get("MPI4PY_RC_" + name.upper())
     if raw is None:
         return getattr(rc, name, default)
     word = raw.strip().lower()
