@@ -11,7 +11,7 @@ the sources, a compiler or ``mpiexec`` still gets gpumpi's table:
 1. GA: ``GPUMPI_GA_PREFIX`` (an installed GA: ``include/ga.h``, ``lib/libga.*``), else the
    install in ``<cache>/ga-<version>`` (:func:`cache_dir`: ``~/.cache/gpumpi`` or
    ``GPUMPI_CACHE``), else built there: the sdist ``globalarrays-<version>.tar.gz`` found in
-   ``<cache>/sdist`` or fetched by ``pip download globalarrays --no-binary :all:`` (which reads
+   ``<cache>/sdist`` or fetched by ``pip download globalarrays --no-binary globalarrays`` (which reads
    pip's own cache first), unpacked, configured with ``./configure CC=mpicc --disable-f77
    --enable-cxx=no`` where the sources have a ``configure`` script, else with CMake (the
    ``globalarrays`` 5.7 sdist carries GA's git tree: no ``configure`` without autotools), and
@@ -105,7 +105,7 @@ def find_sdist(log: Callable[[str], None]) -> str:
     path = present()
     if path is None:
         log(f"# ga: pip download {SDIST} (source) into {folder}")
-        cmd = [sys.executable, "-m", "pip", "download", SDIST, "--no-binary", ":all:", "--no-deps", "-d", folder,
+        cmd = [sys.executable, "-m", "pip", "download", SDIST, "--no-binary", SDIST, "--no-deps", "-d", folder,
                "--timeout", "30", "--retries", "1", "--disable-pip-version-check"]  # fmt: skip
         _run(cmd, f"pip download {SDIST}", timeout=TIMEOUTS["download"])
         path = present()

@@ -72,7 +72,9 @@ def fetch(version: str = MPI4PY_VERSION) -> str:
         return testdir
     os.makedirs(cache_dir(), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+        # only mpi4py itself from source: ``--no-binary :all:`` builds its build requirements from
+        # source too (Cython: minutes of CI) just to read its metadata
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", "mpi4py",
                "-d", tmp, f"mpi4py=={version}"]
         subprocess.run(cmd, check=True)
         (sdist,) = [f for f in os.listdir(tmp) if f.endswith((".tar.gz", ".zip"))]
