@@ -16,12 +16,29 @@ serves (one fast path, never two running side by side).
   from the array header (the offsets gpumpi._arrays checked at import), or None.  Its tables
   (dtype -> signature code, predefined datatype -> (size, code)) are gpumpi._buffers' own
   dicts, filled by its Python functions on a miss; nothing is cached here.
+* :func:`Isend`, :func:`Irecv` and :func:`Waitall` replace the methods of the same names
+  (``gpumpi.comm.p2p.PointToPoint``, ``gpumpi.request.Request``) for their commonest case --
+  a whole contiguous NumPy array up to the eager limit, to or from a rank of this node, one
+  thread, nothing queued ahead; a window of requests all complete, no statuses -- and hand
+  every other call, unchanged, to the Python method they replace (:func:`methods` names
+  them), which decides and does everything as before.  The guard is the Python one's (the
+  same tests in the same order, ``gpumpi._fastpath.api`` and ``gpumpi._fastpath.engine``);
+  the ring is written and read by the C entry points of ``gpumpi.ipc.fastring``'s Numba code
+  (:class:`Rings`, one per engine), so no Python object crosses those calls.
+* The operation records (``gpumpi._xfer.Xfer``) and requests (``gpumpi.request.Request``)
+  these make are the Python classes' own instances: allocated by the type's allocator and
+  filled through the classes' slot offsets, every slot first copied from a template made
+  by the class's own ``__init__`` (so the defaults stay in one place, the Python class).
+  An instance filled here holds exactly what the Python path's would.
 """
 
-from libc.stdint cimport uint64_t
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport free, malloc
 
 #: the interface version gpumpi._compiled expects (bump on any change of a signature)
-ABI = 1
+ABI = 2
 
 cdef object _ndarray = None
 cdef dict _fast_dt = None
@@ -82,3 +99,387 @@ def host_fast(spec, bint writable):
     if not fl & 3 or (writable and not fl & 0x400):  # NPY_ARRAY_C/F_CONTIGUOUS; NPY_ARRAY_WRITEABLE
         return None
     return (_word(a, _data_off), n, sig)
+
+
+# --- instances of gpumpi's slotted Python classes, made without their __init__ -----------------
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+    PyObject* PyType_GenericAlloc(PyTypeObject *t, Py_ssize_t n) except NULL
+    PyTypeObject PyMemberDescr_Type
+
+cdef enum:
+    _T_OBJECT_EX = 16  # structmember.h: a slot (unset: AttributeError)
+
+
+cdef Py_ssize_t _slot(type cls, str name) except -1:
+    """The byte offset of slot ``name`` of ``cls`` (a member descriptor of an object slot)."""
+    d = cls.__dict__[name]
+    if type(d) is not <object>&PyMemberDescr_Type or (<PyMemberDescrObject*>d).d_member.type != _T_OBJECT_EX:
+        raise TypeError(f"_gpumpi_fast: {cls.__name__}.{name} is not an object slot")
+    return (<PyMemberDescrObject*>d).d_member.offset
+
+
+cdef inline void _put(object o, Py_ssize_t off, object v):
+    """Set the slot at ``off`` of ``o`` to ``v`` (a new reference; the old one released)."""
+    cdef PyObject** p = <PyObject**>(<char*><PyObject*>o + off)
+    cdef PyObject* old = p[0]
+    Py_INCREF(v)
+    p[0] = <PyObject*>v
+    Py_XDECREF(old)
+
+
+cdef inline object _get(object o, Py_ssize_t off):
+    """The slot at ``off`` of ``o`` (None when unset)."""
+    cdef PyObject* v = (<PyObject**>(<char*><PyObject*>o + off))[0]
+    return None if v == NULL else <object>v
+
+
+cdef object _clone(object proto, Py_ssize_t *offs, Py_ssize_t n):
+    """A new instance of ``type(proto)`` whose slots at ``offs`` are ``proto``'s."""
+    cdef type t = type(proto)
+    cdef PyObject* p = PyType_GenericAlloc(<PyTypeObject*>t, 0)
+    cdef object o = <object>p  # (the cast takes a reference of its own: give back the allocator's)
+    cdef Py_ssize_t i
+    cdef PyObject* v
+    Py_XDECREF(p)
+    for i in range(n):
+        v = (<PyObject**>(<char*><PyObject*>proto + offs[i]))[0]
+        if v != NULL:
+            Py_INCREF(<object>v)
+            (<PyObject**>(<char*><PyObject*>o + offs[i]))[0] = v
+    return o
+
+
+# --- the ring's C entry points (gpumpi.ipc.fastring.c_entries) ---------------------------------
+
+ctypedef int64_t (*send_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t) noexcept nogil
+ctypedef int64_t (*recv_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                            int64_t, int64_t) noexcept nogil
+
+cdef enum:
+    _GOT = 1  # fastring.GOT
+
+
+cdef class Rings:
+    """One engine's compiled path through the C entry points of ``gpumpi.ipc.fastring``: its
+    out-rings' control blocks by world rank (0: none), the ring size, and the addresses of the
+    ring table and the result array (``Engine.ftab``/``fout``, kept alive here)."""
+    cdef send_fn send
+    cdef recv_fn recv
+    cdef int64_t *ctl
+    cdef Py_ssize_t nctl
+    cdef readonly int64_t size, taba, outa, eager
+    cdef object keep
+
+    def __cinit__(self, uint64_t send_addr, uint64_t recv_addr, ring_ctl, int64_t size, tab, out,
+                  int64_t eager):
+        cdef Py_ssize_t i
+        self.send = <send_fn><void*>send_addr
+        self.recv = <recv_fn><void*>recv_addr
+        self.nctl = len(ring_ctl)
+        self.ctl = <int64_t*>malloc(max(self.nctl, 1) * sizeof(int64_t))
+        if self.ctl == NULL:
+            raise MemoryError()
+        for i in range(self.nctl):
+            self.ctl[i] = ring_ctl[i]
+        self.size, self.eager = size, eager
+        self.taba, self.outa = tab.ctypes.data, out.ctypes.data
+        self.keep = (tab, out)
+
+    def __dealloc__(self):
+        free(self.ctl)
+
+
+# --- the compiled methods -----------------------------------------------------------------------
+
+cdef object _rt = None          # gpumpi._runtime (ENGINE)
+cdef object _freed = None       # gpumpi._xfer.FREED
+cdef object _threads = None     # gpumpi._xfer.threads
+cdef object _request = None     # gpumpi.request.Request
+cdef object _sent_now = None    # the shared completed operation of an Isend done at once
+cdef object _xrecv = None       # a receive Xfer as Xfer(RECV) leaves it (the template)
+cdef object _rproto = None      # a Request as Request._of leaves it, before its fields (the template)
+cdef object _py_isend = None, _py_irecv = None, _py_waitall = None   # the Python methods (functions)
+cdef int64_t _tag_ub = 0
+cdef object _done = None        # the done state of an Xfer
+
+# Xfer slot offsets: every slot (the template copy), then those set here
+cdef Py_ssize_t _xoffs[64]
+cdef Py_ssize_t _nx = 0
+cdef Py_ssize_t _x_sig, _x_addr, _x_cap, _x_ctx, _x_src, _x_wpeer, _x_tag, _x_call, _x_result, _x_mem
+cdef Py_ssize_t _x_state, _x_done, _x_sts, _x_stt, _x_stn, _x_msig, _x_err
+# Request slot offsets (a new Request starts with every slot unset, as ``object.__new__`` leaves
+# it: its handle, ``_h``, is given on first use)
+cdef Py_ssize_t _r_x, _r_comm, _r_post, _r_keep, _r_value
+
+
+cdef _xfer_slots(type xfer_cls, recv_kind):
+    """The slot offsets of ``Xfer`` and its receive template."""
+    global _xrecv, _nx, _x_sig, _x_addr, _x_cap, _x_ctx, _x_src, _x_wpeer, _x_tag, _x_call, _x_result, _x_mem
+    global _x_state, _x_done, _x_sts, _x_stt, _x_stn, _x_msig, _x_err
+    cdef Py_ssize_t i
+    names = list(xfer_cls.__slots__)
+    if len(names) > 64:
+        raise TypeError("_gpumpi_fast: Xfer has more slots than this build knows")
+    for i, n in enumerate(names):
+        _xoffs[i] = _slot(xfer_cls, n)
+    _nx = len(names)
+    _x_sig, _x_addr, _x_cap, _x_ctx = [_slot(xfer_cls, n) for n in ("sig", "addr", "cap", "ctx")]
+    _x_src, _x_wpeer, _x_tag, _x_call = [_slot(xfer_cls, n) for n in ("src", "wpeer", "tag", "call")]
+    _x_result, _x_mem, _x_state, _x_done = [_slot(xfer_cls, n) for n in ("result", "mem", "state", "done")]
+    _x_sts, _x_stt, _x_stn, _x_msig = [_slot(xfer_cls, n) for n in ("st_source", "st_tag", "st_nbytes", "msig")]
+    _x_err = _slot(xfer_cls, "err")
+    t = xfer_cls(recv_kind)
+    for n in names:  # the clones share the template's values: they must be immutable
+        v = getattr(t, n, None)
+        if v is not None and type(v) not in (bool, int, str):
+            raise TypeError(f"_gpumpi_fast: Xfer({recv_kind}).{n} is a {type(v).__name__}: clones would share it")
+    _xrecv = t
+
+
+cdef _request_slots(type request_cls):
+    """The slot offsets of ``Request`` and its (empty) template."""
+    global _request, _rproto, _r_x, _r_comm, _r_post, _r_keep, _r_value
+    _r_x, _r_comm, _r_post, _r_keep, _r_value = [_slot(request_cls, n) for n in ("_x", "_comm", "_post", "_keep",
+                                                                                  "_value")]
+    _request = request_cls
+    _rproto = object.__new__(request_cls)
+
+
+def bind_p2p(rt, freed, threads, xfer_cls, recv_kind, int done_state, request_cls, sent_now, int64_t tag_ub,
+             py_isend, py_irecv):
+    """Bind :func:`Isend` and :func:`Irecv` to gpumpi: its runtime module, freed-context set,
+    thread count, ``Xfer`` class, receive kind and done state, ``Request`` class, shared
+    completed send, largest tag, and the Python methods they hand other calls to."""
+    global _rt, _freed, _threads, _sent_now, _tag_ub, _done, _py_isend, _py_irecv
+    _xfer_slots(xfer_cls, recv_kind)
+    _request_slots(request_cls)
+    _rt, _freed, _threads, _sent_now, _tag_ub, _done = rt, freed, threads, sent_now, tag_ub, done_state
+    _py_isend, _py_irecv = py_isend, py_irecv
+
+
+def bind_requests(xfer_cls, recv_kind, request_cls, py_waitall):
+    """Bind :func:`Waitall` to gpumpi: its ``Xfer`` and ``Request`` classes, the receive kind,
+    and the Python ``Request.Waitall`` (its function) it hands other calls to."""
+    global _py_waitall
+    _xfer_slots(xfer_cls, recv_kind)
+    _request_slots(request_cls)
+    _py_waitall = py_waitall
+
+
+cdef inline object _new_request(object x, object comm, object keep):
+    """``Request._of(x, comm, None, keep)``."""
+    cdef object r = _clone(_rproto, NULL, 0)
+    _put(r, _r_x, x)
+    _put(r, _r_comm, comm)
+    _put(r, _r_post, None)
+    _put(r, _r_keep, keep)
+    _put(r, _r_value, None)
+    return r
+
+
+cdef int _array(object a, bint writable, int64_t *addr, int64_t *n, int64_t *sig) except -1:
+    """1 and the address, bytes and signature code of a whole contiguous NumPy array ``a`` of a
+    dtype with a shortcut; 0 if not (``host_fast``'s bare-array case)."""
+    cdef object s
+    cdef uint64_t fl
+    if type(a) is not _ndarray:
+        return 0
+    dt = a.dtype
+    s = _fast_dt.get(id(dt), -1)
+    if s == -1:
+        s = _fast_dtype(dt)
+    if s is None:
+        return 0
+    fl = _word(a, _flags_off)
+    if not fl & 3 or (writable and not fl & 0x400):
+        return 0
+    addr[0] = <int64_t>_word(a, _data_off)
+    n[0] = a.nbytes
+    sig[0] = s
+    return 1
+
+
+def Isend(self, buf, dest, tag=0, *, stream=None):
+    """Nonblocking send (MPI_Isend)."""
+    cdef int64_t addr, n, sig, ctl, wp, c
+    cdef Rings rg
+    eng = _rt.ENGINE
+    rgo = eng.crings
+    if rgo is None or type(dest) is not int or type(tag) is not int:
+        return _py_isend(self, buf, dest, tag, stream=stream)
+    w = self._w
+    ctx = self._ctx
+    if not (0 <= dest < len(w) and 0 <= tag <= _tag_ub and ctx >= 0 and ctx not in _freed) or \
+            not _array(buf, False, &addr, &n, &sig):
+        return _py_isend(self, buf, dest, tag, stream=stream)
+    rg = <Rings>rgo
+    wpo = w[dest]
+    wp = wpo
+    if n > rg.eager or wp >= rg.nctl or eng.tr.backlog[wp] is not None or eng.failed or _threads():
+        return _py_isend(self, buf, dest, tag, stream=stream)
+    ctl = rg.ctl[wp]
+    c = ctx
+    if ctl == 0 or rg.send(ctl, rg.size, self._rank, c, tag, sig, addr, n) != 1:
+        return _py_isend(self, buf, dest, tag, stream=stream)
+    return _new_request(_sent_now, self, buf)
+
+
+def Irecv(self, buf, source=-2, tag=-1, status=None, *, stream=None):
+    """Nonblocking receive (MPI_Irecv)."""
+    cdef int64_t addr, n, sig, wp, rc, c, src, tg
+    cdef int64_t *out
+    cdef Rings rg
+    eng = _rt.ENGINE
+    rgo = eng.crings
+    if rgo is None or status is not None or type(source) is not int or type(tag) is not int:
+        return _py_irecv(self, buf, source, tag, status, stream=stream)
+    w = self._w
+    ctx = self._ctx
+    if not (-2 <= source < len(w) and source != -1 and -1 <= tag <= _tag_ub and ctx >= 0 and ctx not in _freed) or \
+            not _array(buf, True, &addr, &n, &sig) or _threads() or eng.failed:
+        return _py_irecv(self, buf, source, tag, status, stream=stream)
+    rg = <Rings>rgo
+    q = eng.matcher._ctx.get(ctx)
+    if q is not None and (q.posted or q.unexpected):
+        return _py_irecv(self, buf, source, tag, status, stream=stream)
+    wpo = source if source < 0 else w[source]
+    far = eng.far
+    far = far and (source < 0 or wpo in far)
+    if far or n > rg.eager:
+        return _py_irecv(self, buf, source, tag, status, stream=stream)
+    if not eng.typecheck:
+        sig = 0
+    x = _clone(_xrecv, _xoffs, _nx)
+    _put(x, _x_sig, sig)
+    _put(x, _x_addr, addr)
+    _put(x, _x_cap, n)
+    _put(x, _x_ctx, ctx)
+    _put(x, _x_src, source)
+    _put(x, _x_wpeer, wpo)
+    _put(x, _x_tag, tag)
+    _put(x, _x_call, "Irecv")
+    _put(x, _x_result, far)
+    lazy = eng.lazy
+    if not lazy:
+        wp, c, src, tg = wpo, ctx, source, tag
+        rc = rg.recv(rg.taba, wp, c, src, tg, sig, addr, n, 1, eng.epoch, rg.outa)
+        if rc == _GOT:
+            out = <int64_t*><void*>rg.outa
+            _put(x, _x_sts, out[0])
+            _put(x, _x_stt, out[1])
+            _put(x, _x_stn, out[2])
+            _put(x, _x_msig, out[3])
+            _put(x, _x_mem, None)
+            _put(x, _x_state, _done)
+            _put(x, _x_done, True)
+            return _new_request(x, self, buf)
+    _put(x, _x_mem, buf)  # the buffer spec until posted (the engine's _post_lazy parses it)
+    lazy.append(x)
+    return _new_request(x, self, buf)
+
+
+def Waitall(cls, requests, statuses=None):
+    """Wait for all requests (MPI_Waitall)."""
+    cdef object r, x
+    if statuses is not None or type(requests) is not list:
+        return _py_waitall(cls, requests, statuses)
+    for r in <list>requests:
+        if type(r) is not _request:
+            return _py_waitall(cls, requests, statuses)
+        x = _get(r, _r_x)
+        if x is None:
+            continue
+        if type(x) is not type(_xrecv) or _get(x, _x_done) is not True or _get(x, _x_err) != 0 or \
+                _get(r, _r_post) is not None:
+            return _py_waitall(cls, requests, statuses)
+    for r in <list>requests:  # all complete, no error, nothing to post: Request._finish without a status
+        _put(r, _r_x, None)
+        _put(r, _r_keep, None)
+        _put(r, _r_value, None)
+    return True
+
+
+# --- the engine's lazy receives (gpumpi._fastpath.engine.CompiledPath._drain) ------------------
+
+cdef object _py_drain = None
+cdef int64_t _c_pending = 4, _c_empty = 0  # gpumpi._xfer.PENDING, EMPTY
+
+
+def bind_engine(xfer_cls, recv_kind, int done_state, int64_t pending, int64_t empty, py_drain):
+    """Bind :func:`drain` to gpumpi: its ``Xfer`` class, receive kind and done state, the
+    compiled path's result codes, and the Python ``_drain`` it hands an engine without
+    compiled rings to."""
+    global _done, _c_pending, _c_empty, _py_drain
+    _xfer_slots(xfer_cls, recv_kind)
+    _done, _c_pending, _c_empty, _py_drain = done_state, pending, empty, py_drain
+
+
+cdef inline int64_t _i64(object x, Py_ssize_t off) except? -1:
+    return _get(x, off)
+
+
+def drain(self):
+    """``CompiledPath._drain``: complete the lazy receives whose messages are next, in order; the
+    look of a receive from this node is the ring's C entry and its completion is written here,
+    any other (a receive another node may satisfy) is the engine's own ``_look``."""
+    cdef Rings rg
+    cdef Py_ssize_t i = 0, n
+    cdef int64_t rc, epoch
+    cdef int64_t *out
+    cdef list lazy
+    rgo = self.crings
+    if rgo is None:
+        return _py_drain(self)
+    rg = <Rings>rgo
+    out = <int64_t*><void*>rg.outa
+    lazy = self.lazy
+    n = len(lazy)
+    ctxq = self.matcher._ctx
+    epoch = self.epoch
+    while i < n:
+        x = lazy[i]
+        q = ctxq.get(_get(x, _x_ctx))
+        if self.failed or q is not None and q.posted:
+            break
+        if q is not None and q.unexpected:
+            i += 1
+            if self._post_lazy(x):
+                break  # posted, no message for it yet: those after it follow it into the matcher
+            continue
+        if _get(x, _x_result):
+            rc = self._look(x)
+        else:
+            rc = rg.recv(rg.taba, _i64(x, _x_wpeer), _i64(x, _x_ctx), _i64(x, _x_src), _i64(x, _x_tag),
+                         _i64(x, _x_sig), _i64(x, _x_addr), _i64(x, _x_cap), 1, epoch, rg.outa)
+            if rc == _GOT:  # the engine's _got
+                _put(x, _x_sts, out[0])
+                _put(x, _x_stt, out[1])
+                _put(x, _x_stn, out[2])
+                _put(x, _x_msig, out[3])
+                _put(x, _x_mem, None)
+                _put(x, _x_state, _done)
+                _put(x, _x_done, True)
+                i += 1
+                continue
+        if rc == _GOT:
+            self._got(x)
+            i += 1
+            continue
+        if rc == _c_pending:
+            self._pending(x)
+            i += 1
+            continue
+        if rc == _c_empty:
+            del lazy[:i]
+            return i
+        break
+    del lazy[:i]
+    if lazy:
+        self._unlazy()
+    return i

@@ -12,6 +12,12 @@ here and nowhere else, and a machine without a compiler runs the Python function
 results a little slower.  The module is a top-level one, so a source checkout run in place
 (``python -m pytest`` in the repository) still finds the build ``pip install .`` made; its
 ``ABI`` must be this module's :data:`ABI`, else it is not used (a stale build).
+
+Methods are put in place by the modules that define them: each registers an *installer*
+(:func:`register`), a function of the compiled module (or None: the Python methods), which
+:func:`apply` runs with its choice (and :func:`register` at once, with the choice made so far),
+so this module imports none of the API's.  The engine asks :func:`rings` for the compiled
+methods' view of its rings.
 """
 
 from __future__ import annotations
@@ -19,15 +25,44 @@ from __future__ import annotations
 import importlib
 import sys
 
-__all__ = ["ABI", "USES", "apply", "active", "module", "python_twin"]
+__all__ = ["ABI", "USES", "active", "apply", "dressed", "module", "python_twin", "register", "rings"]
 
 #: the interface version of ``_gpumpi_fast`` this gpumpi expects
-ABI = 1
+ABI = 2
 #: compiled function -> (defining module, modules that import it by name)
 USES = {"host_fast": ("gpumpi._buffers", ("gpumpi._fastpath.api",))}
 
 _python: dict = {}  # name -> the Python function, kept to switch back
 _active = False
+_installers: list = []  # register()'s
+
+
+def register(installer) -> None:
+    """Have ``installer(m)`` put the compiled module ``m``'s methods in place (``m`` None: the
+    Python ones) now, with the choice made so far, and at every :func:`apply`."""
+    _installers.append(installer)
+    installer(module() if _active else None)
+
+
+def dressed(call, python):
+    """The compiled method ``call`` dressed as its Python twin ``python`` (name, docstring,
+    signature: mpi4py's introspection and the docs see the same method); no ``__wrapped__``
+    (that marks a profiler's wrapper)."""
+    import functools
+    import inspect
+
+    functools.update_wrapper(call, python, updated=())
+    call.__dict__.pop("__wrapped__", None)
+    call.__signature__ = inspect.signature(python)
+    return call
+
+
+def rings(send_addr: int, recv_addr: int, ring_ctl, size: int, tab, out, eager: int):
+    """The compiled methods' view of an engine's rings (``_gpumpi_fast.Rings``), where the
+    compiled module is built (whether or not it is in use now: :func:`apply` may switch it
+    on later); None where it is not."""
+    m = module()
+    return None if m is None else m.Rings(send_addr, recv_addr, ring_ctl, size, tab, out, eager)
 
 
 def module():
@@ -72,4 +107,6 @@ def apply(on: bool) -> bool:
             if user is not None:
                 setattr(user, name, fn)
     _active = m is not None
+    for installer in _installers:
+        installer(m)
     return _active

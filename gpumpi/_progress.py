@@ -408,10 +408,12 @@ class Engine(CompiledPath, FrameHandlers, Failures):
         if lazy:
             n = self._drain()
             lazy = self.lazy
-        if lazy and lazy[0].result:
-            # lazy receives wait for another node: the next frame from there is their looks', not
-            # the matcher's (the next pass's drain takes it, or gives them the matcher first)
-            n += tr.poll_near(self._on_frame)
+        if lazy:
+            # lazy receives wait (the drain found nothing for the first): the next frame from
+            # where it waits for (another node, or this one) is their looks', not the matcher's
+            # -- the next pass's drain takes it, or gives them the matcher first; read only the
+            # frames from elsewhere now
+            n += tr.poll_near(self._on_frame) if lazy[0].result else tr.poll_far(self._on_frame)
         else:
             n += tr.poll(self._on_frame)
         if self.pushing:

@@ -15,6 +15,7 @@ of the caller's list become ``REQUEST_NULL``; with several errors they raise
 
 from __future__ import annotations
 
+from . import _compiled
 from . import _runtime as _rt
 from ._xfer import GREQ, RECV, SENT, Xfer
 from .constants import ANY_TAG, PROC_NULL, UNDEFINED
@@ -749,3 +750,17 @@ def all_of(xs, keep) -> Xfer:
     for x in xs:
         after(x, lambda x=x: part_done(j, x))
     return j
+
+
+def _install_waitall(m, python=Request.__dict__["Waitall"]) -> None:
+    """Put the compiled ``Request.Waitall`` (``_gpumpi_fast``'s: a list of plain requests all
+    complete without error, no statuses; every other call is handed to this module's) in
+    place, or back this module's (``m`` None); see :mod:`gpumpi._compiled`."""
+    if m is None:
+        Request.Waitall = python
+        return
+    m.bind_requests(Xfer, RECV, Request, python.__func__)
+    Request.Waitall = classmethod(_compiled.dressed(m.Waitall, python.__func__))
+
+
+_compiled.register(_install_waitall)

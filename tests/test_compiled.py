@@ -125,3 +125,103 @@ def test_gpumpi_compiled_chooses_at_initialisation(setting):
     if setting == "1":
         _compiled_module()
     assert run_ranks(_which, 2, timeout=60, env={"GPUMPI_COMPILED": setting}) == [setting == "1"] * 2
+
+
+_UNSET = "<unset>"
+
+
+def _slots(o, names):
+    return {n: getattr(o, n, _UNSET) for n in names}
+
+
+def _methods_leave_what_the_python_ones_leave():
+    """Rank 1 receives by the compiled Irecv and by its Python twin, a message already there and
+    one not yet sent, and rank 0 sends by both Isends: every slot of the operation and of the
+    request is the same (a buffer's address aside), and Waitall (both twins) completes them."""
+    import gc
+    import time
+
+    from gpumpi import MPI, _compiled
+    from gpumpi import _runtime as rt
+    from gpumpi._xfer import Xfer
+    from gpumpi.request import Request
+
+    c = MPI.COMM_WORLD
+    r = c.rank
+    eng = rt.ENGINE
+    other = 1 - r
+    c.Sendrecv(np.zeros(1), other, 0, np.zeros(1), other, 0)  # (GPUMPI_FASTPATH=on: the compiled path is on at once)
+    assert eng.crings is not None
+    m = _compiled.module()
+    twins = {"compiled": True, "python": False}
+    states = {}
+    for name, on in twins.items():
+        _compiled.apply(on)
+        assert (type(c).Isend is m.Isend) is on and (type(c).Irecv is m.Irecv) is on
+        c.Barrier()  # (rank 1 does nothing more before the receives: the messages stay in the ring)
+        if r == 0:
+            out = [np.full(3, k, "i4") for k in range(2)]
+            sends = [c.Isend(b, 1, 7) for b in out]
+            states[name] = []
+            for q, b in zip(sends, out):
+                rq = _slots(q, Request.__slots__[:-1])
+                assert rq["_comm"] is c and rq["_keep"] is b and rq["_x"].done
+                rq["_keep"] = rq["_comm"] = "checked"
+                states[name].append(rq)
+            MPI.Request.Waitall(sends)
+            c.Barrier()
+            c.Send(np.full(3, 9, "i4"), 1, 8)  # (after rank 1 posted its receive for it)
+            c.Barrier()
+            continue
+        while not eng.tr.arrived():  # the two messages are in the ring before the receives
+            time.sleep(0.01)
+        time.sleep(0.05)
+        bufs = [np.zeros(3, "i4") for _ in range(3)]
+        here = [c.Irecv(b, 0, 7) for b in bufs[:2]]
+        later = c.Irecv(bufs[2], 0, 8)
+        reqs = here + [later]
+        seen = []
+        for q, b in zip(reqs, bufs):
+            x = _slots(q._x, Xfer.__slots__)
+            assert x["addr"] == b.ctypes.data
+            x["addr"] = "the buffer's"
+            if x["mem"] is b:
+                x["mem"] = "the buffer"
+            rq = _slots(q, Request.__slots__[:-1])
+            assert rq["_comm"] is c and rq["_keep"] is b and rq["_x"] is q._x
+            rq["_x"] = rq["_keep"] = rq["_comm"] = "checked"
+            seen.append((x, rq))
+        states[name] = seen
+        c.Barrier()
+        MPI.Request.Waitall(reqs)
+        assert [b.tolist() for b in bufs] == [[0] * 3, [1] * 3, [9] * 3]
+        assert all(q == MPI.REQUEST_NULL for q in reqs)
+        c.Barrier()
+    _compiled.apply(True)
+    assert states["compiled"] == states["python"], (states["compiled"], states["python"])
+    if r == 1:
+        x, _ = states["compiled"][0]
+        assert x["done"] is True and x["state"] is not _UNSET and x["st_nbytes"] == 12
+        x, _ = states["compiled"][2]
+        assert x["done"] is False and x["mem"] == "the buffer"
+    # no reference leaks: a thousand rounds leave the buffers' reference counts and the number of
+    # objects where they were
+    a = np.zeros(4, "i8")
+    before = (sys.getrefcount(a), sys.getrefcount(c))
+    gc.collect()
+    objs = len(gc.get_objects())
+    for k in range(1000):
+        if r == 0:
+            MPI.Request.Waitall([c.Isend(a, 1, 3)])
+        else:
+            MPI.Request.Waitall([c.Irecv(a, 0, 3)])
+    gc.collect()
+    assert (sys.getrefcount(a), sys.getrefcount(c)) == before
+    assert len(gc.get_objects()) - objs < 50
+    return "same"
+
+
+def test_compiled_methods_are_their_python_twins():
+    _compiled_module()
+    assert run_ranks(_methods_leave_what_the_python_ones_leave, 2, timeout=90,
+                     env={"GPUMPI_FASTPATH": "on", "GPUMPI_COMPILED": "1"}) == ["same"] * 2

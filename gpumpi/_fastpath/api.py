@@ -33,12 +33,14 @@ import inspect
 
 from numpy import ndarray as _ndarray
 
+from .. import _compiled
+from .. import _protocol as P
 from .. import _runtime as _rt
 from .._arrays import BYTES_DATA_OFFSET
 from .._buffers import host_fast, message_simple
 from .._objects import isend_pickled, load_reused
 from .._pickle import dumps_parts, dumps_small
-from .._xfer import FREED, SENT
+from .._xfer import FREED, RECV as _RECV, SENT, Xfer
 from .._xfer import threads as _threads
 from ..constants import ANY_SOURCE, ANY_TAG, TAG_UB_VALUE
 from ..datatypes.flatten import sigcode as _sigcode
@@ -47,12 +49,12 @@ from ..errors import error
 from ..request import Request, done_xfer
 from ..status import Status
 
-__all__ = ["EAGER", "IRECV", "ISEND", "NOW", "RECV", "SEND", "object_pairing", "object_receiving", "object_recv",
+__all__ = ["EAGER", "IRECV", "ISEND", "NOW", "RECV", "SEND", "SENT_NOW", "compiled_methods", "like", "object_pairing", "object_receiving", "object_recv",
            "object_send", "object_sending", "pairing", "receiving", "sending"]
 
 #: the operation of every Isend the fast path completed at once (shared: nothing writes a
 #: completed operation; each request still has a handle of its own)
-_SENT_NOW = done_xfer()
+SENT_NOW = done_xfer()
 
 #: what a :func:`sending` method is (SEND: a blocking Send; ISEND: an Isend; EAGER: write it
 #: now, or nothing) and a :func:`receiving` one (RECV: a blocking Recv; IRECV: an Irecv;
@@ -68,13 +70,33 @@ def _nothing(*args, **kwargs):
     return None
 
 
-def _like(call, general):
+def like(call, general):
     """``call`` dressed as ``general`` (name, docstring, signature) for mpi4py's introspection;
     no ``__wrapped__``: that marks a profiler's wrapper (``GPUMPI_PROFILE``, NVTX)."""
     functools.update_wrapper(call, general, updated=())
     del call.__wrapped__
     call.__signature__ = inspect.signature(general)
     return call
+
+
+def compiled_methods(cls) -> None:
+    """Have :mod:`gpumpi._compiled` put the compiled ``Isend`` and ``Irecv`` (``_gpumpi_fast``'s)
+    on ``cls`` (the point-to-point class) or back the Python ones (this module's decorated
+    general paths), as it chooses.  The compiled ones serve this module's guard's commonest
+    case themselves (a whole array up to the eager limit to or from this node, nothing
+    queued, one thread) and hand every other call to the Python ones."""
+    py = {name: cls.__dict__[name] for name in ("Isend", "Irecv")}
+
+    def install(m) -> None:
+        if m is None:
+            for name, fn in py.items():
+                setattr(cls, name, fn)
+            return
+        m.bind_p2p(_rt, FREED, _threads, Xfer, _RECV, P.DONE, Request, SENT_NOW, TAG_UB_VALUE, py["Isend"], py["Irecv"])
+        for name, fn in py.items():
+            setattr(cls, name, _compiled.dressed(getattr(m, name), fn))
+
+    _compiled.register(install)
 
 
 def sending(mode: int):
@@ -102,7 +124,7 @@ def sending(mode: int):
                 if h is not None:
                     w = self._w[dest]
                     if eng.send_fast(w, self._rank, ctx, tag, h[0], h[1], h[2]):
-                        return None if send else Request._of(_SENT_NOW, self, None, buf) if isend else True
+                        return None if send else Request._of(SENT_NOW, self, None, buf) if isend else True
                     if eng.mtab is not None:  # another node: pushed ahead, compiled
                         if send:
                             if eng.push_far(w, self._rank, ctx, tag, h[0], h[1], h[2]):
@@ -117,7 +139,7 @@ def sending(mode: int):
                 return self._raise(e)
             return general(self, buf, dest, tag, stream=stream)
 
-        return _like(call, general)
+        return like(call, general)
 
     return wrap
 
@@ -190,7 +212,7 @@ def receiving(mode: int):
                 return self._raise(e)
             return general(self, buf, source, tag, status, stream=stream)
 
-        return _like(call, general)
+        return like(call, general)
 
     return wrap
 
@@ -236,7 +258,7 @@ def pairing(recv_rest):
                 return None
             return general(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status, stream=stream)
 
-        return _like(call, general)
+        return like(call, general)
 
     return wrap
 
@@ -317,14 +339,14 @@ def object_sending(mode: int):
             try:
                 x = object_send(self._w, self._rank, self._ctx, dest, tag, obj, name)
                 if isend:
-                    return Request._of(_SENT_NOW, self, None, None) if x is None else self._req(x)
+                    return Request._of(SENT_NOW, self, None, None) if x is None else self._req(x)
                 if x is not None:
                     self._wait(x, None, name)
                 return None
             except MPIException as e:
                 return self._raise(e)
 
-        return _like(call, general)
+        return like(call, general)
 
     return wrap
 
@@ -342,7 +364,7 @@ def object_receiving(general):
                 return got[0]
         return general(self, buf, source, tag, status)
 
-    return _like(call, general)
+    return like(call, general)
 
 
 def object_pairing(recv_rest):
@@ -369,6 +391,6 @@ def object_pairing(recv_rest):
             except MPIException as e:
                 return self._raise(e)
 
-        return _like(call, general)
+        return like(call, general)
 
     return wrap

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 
+from .. import _compiled
 from .. import _protocol as P
 from .._xfer import RECV, SEND, SENT, Xfer
 from .._xfer import EMPTY as _EMPTY, GOT as _GOT, OTHER as _OTHER, PENDING as _PENDING
@@ -54,6 +55,7 @@ class CompiledPath:
         self.mtab_a = 0
         self._tls = threading.local()  # recv_fast's result array of each thread but the only one
         self.oscratch = None  # object_scratch()'s memory
+        self.crings = None  # the compiled methods' view of the rings (gpumpi._compiled.rings), once compiled
 
     def object_scratch(self):
         """``(memoryview, address, bytes)`` of the memory an object message is received into by the
@@ -240,6 +242,12 @@ class CompiledPath:
         self.fsize = tr.out[self.rank].size
         self.ftab_a, self.fout_a = self.ftab.ctypes.data, self.fout.ctypes.data  # for rounds (addresses)
         self.fsend, self.fwait, self.frecv, self.frounds = send, wait, recv, rounds
+        try:
+            sa, ra = fastring.c_entries()
+        except Exception:  # noqa: BLE001 -- unable to compile here: the compiled methods hand every call on
+            sa = None
+        if sa is not None:
+            self.crings = _compiled.rings(sa, ra, out, self.fsize, self.ftab, self.fout, self.eager_limit)
         far = self.farframes
         if far is not None:
             try:
@@ -451,3 +459,16 @@ class CompiledPath:
             budget = self.spin_next
             self.backoff(spins + 50)
 
+
+def _install(m, python=CompiledPath.__dict__["_drain"]) -> None:
+    """Put the compiled ``_drain`` (``_gpumpi_fast.drain``: the same passes, its looks of
+    receives from this node by the ring's C entry) in place, or back the Python one (``m``
+    None); see :mod:`gpumpi._compiled`."""
+    if m is None:
+        CompiledPath._drain = python
+        return
+    m.bind_engine(Xfer, RECV, P.DONE, _PENDING, _EMPTY, python)
+    CompiledPath._drain = _compiled.dressed(m.drain, python)
+
+
+_compiled.register(_install)

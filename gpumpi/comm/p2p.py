@@ -505,3 +505,5 @@ class PointToPoint:
         self._check("Comm.Iflush_buffer")
         return Request._of(_p2p.iflush(self._bpool), self)
 
+
+_fastpath.compiled_methods(PointToPoint)

@@ -74,6 +74,7 @@ _ANY_TAG = -1
 
 _LOCK = threading.Lock()
 _K = None
+_C = None
 
 # the intrinsics and the compiled peek, once _build() ran: the functions below name them as
 # globals, which numba resolves when it compiles them (so the disk cache can serve them)
@@ -111,6 +112,22 @@ def kernels():
             if _K is None:
                 _K = _build()
     return _K
+
+
+def c_entries():
+    """``(send, recv)``: addresses of C entry points of :func:`send` (the same arguments) and
+    :func:`recv` (``tab`` and ``out`` given as their data addresses), for the compiled layer
+    (:mod:`gpumpi._compiled`), which calls them as C functions: no Python object crosses the
+    call.  Numba ``cfunc`` builds of the same code, compiled on first use (or loaded from the
+    disk cache)."""
+    global _C
+    kernels()
+    if _C is None:
+        with _LOCK:
+            if _C is None:
+                _C = (_cfunc(_j_send, "int64(" + ", ".join(["int64"] * 8) + ")").address,
+                      _cfunc(_j_recva, "int64(" + ", ".join(["int64"] * 11) + ")").address)
+    return _C
 
 
 def _intrinsics():
@@ -265,6 +282,16 @@ def _jit(pyfunc, sig):
         return numba.njit(sig, nogil=True)(pyfunc)
 
 
+def _cfunc(pyfunc, sig):
+    """``numba.cfunc(sig, cache=True)(pyfunc)`` (without the cache where none can be written)."""
+    import numba
+
+    try:
+        return numba.cfunc(sig, cache=True)(pyfunc)
+    except RuntimeError:  # no writable cache location
+        return numba.cfunc(sig)(pyfunc)
+
+
 def _build():
     global _peek, _accept, _send1, _recv1, _red, _redb, _reduce
     # numba's first compilation loads its extensions, numba-cuda among them, which fixes
@@ -367,6 +394,13 @@ def _j_peek(ctl, size):
 def _j_recv(tab, want, ctx, src, tag, sig, dst, cap, budget, epoch, out):
     """Consume the next frame if it is the eager message this receive matches (see the module
     docstring); GOT (``out`` = source, tag, bytes, signature), OTHER, EPOCH or EMPTY."""
+    return _recv1(tab, want, ctx, src, tag, sig, dst, cap, 0, budget, epoch, out)
+
+
+def _j_recva(taba, want, ctx, src, tag, sig, dst, cap, budget, epoch, outa):
+    """:func:`_j_recv` with the ring table and the result array given as addresses (C entry)."""
+    tab = _carray(_pi8(taba), 3 + 2 * _ld64(taba + 16))
+    out = _carray(_pi8(outa), 4)
     return _recv1(tab, want, ctx, src, tag, sig, dst, cap, 0, budget, epoch, out)
 
 

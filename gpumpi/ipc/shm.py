@@ -164,6 +164,11 @@ class ShmTransport(Frames):
             got += far.poll(handler, budget - got)
         return got
 
+    def poll_far(self, handler, budget: int = 64) -> int:
+        """:meth:`poll` of the frames from other nodes alone (this node's rings stay as they are)."""
+        far = self.far
+        return 0 if far is None else far.poll(handler, budget)
+
     def poll_near(self, handler, budget: int = 64) -> int:
         """:meth:`poll` of this node's rings alone (the frames from other nodes stay where they are)."""
         got = 0
