@@ -32,6 +32,7 @@ serves (one fast path, never two running side by side).
   An instance filled here holds exactly what the Python path's would.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t, uint64_t
@@ -205,6 +206,8 @@ cdef object _sent_now = None    # the shared completed operation of an Isend don
 cdef object _xrecv = None       # a receive Xfer as Xfer(RECV) leaves it (the template)
 cdef object _rproto = None      # a Request as Request._of leaves it, before its fields (the template)
 cdef object _py_isend = None, _py_irecv = None, _py_waitall = None   # the Python methods (functions)
+cdef object _py_send = None, _py_recv = None
+cdef object _status_cls = None, _mpiexc = None, _dumps_small = None, _send_pickled = None, _load_reused = None
 cdef int64_t _tag_ub = 0
 cdef object _done = None        # the done state of an Xfer
 
@@ -252,15 +255,30 @@ cdef _request_slots(type request_cls):
 
 
 def bind_p2p(rt, freed, threads, xfer_cls, recv_kind, int done_state, request_cls, sent_now, int64_t tag_ub,
-             py_isend, py_irecv):
-    """Bind :func:`Isend` and :func:`Irecv` to gpumpi: its runtime module, freed-context set,
+             status_cls, mpiexc, dumps_small, send_pickled, load_reused):
+    """Bind the compiled point-to-point methods to gpumpi: its runtime module, freed-context set,
     thread count, ``Xfer`` class, receive kind and done state, ``Request`` class, shared
-    completed send, largest tag, and the Python methods they hand other calls to."""
-    global _rt, _freed, _threads, _sent_now, _tag_ub, _done, _py_isend, _py_irecv
+    completed send, largest tag, ``Status`` and ``MPI.Exception`` classes, the pickle of a small
+    object (``_pickle.dumps_small``), the rest of an object send once pickled
+    (``_fastpath.api.object_send_pickled``) and the unpickle of a message in reused memory
+    (``_objects.load_reused``)."""
+    global _rt, _freed, _threads, _sent_now, _tag_ub, _done
+    global _status_cls, _mpiexc, _dumps_small, _send_pickled, _load_reused
     _xfer_slots(xfer_cls, recv_kind)
     _request_slots(request_cls)
     _rt, _freed, _threads, _sent_now, _tag_ub, _done = rt, freed, threads, sent_now, tag_ub, done_state
-    _py_isend, _py_irecv = py_isend, py_irecv
+    _status_cls, _mpiexc, _dumps_small, _send_pickled, _load_reused = status_cls, mpiexc, dumps_small, send_pickled, \
+        load_reused
+
+
+def bind_python(dict methods):
+    """The Python methods (by name: ``Isend``, ``Irecv``, ``send``, ``recv``) the compiled ones
+    hand the calls they do not serve to."""
+    global _py_isend, _py_irecv, _py_send, _py_recv
+    _py_isend = methods.get("Isend", _py_isend)
+    _py_irecv = methods.get("Irecv", _py_irecv)
+    _py_send = methods.get("send", _py_send)
+    _py_recv = methods.get("recv", _py_recv)
 
 
 def bind_requests(xfer_cls, recv_kind, request_cls, py_waitall):
@@ -483,3 +501,95 @@ def drain(self):
     if lazy:
         self._unlazy()
     return i
+
+
+# --- object messages (gpumpi._fastpath.api.object_sending / object_receiving) -------------------
+
+
+
+def send(self, obj, dest, tag=0):
+    """Send a Python object (mpi4py ``Comm.send``; MPI_Send of its pickle)."""
+    cdef Rings rg
+    cdef int64_t wp, n, ctl
+    if type(dest) is not int or type(tag) is not int:
+        return _py_send(self, obj, dest, tag)
+    w = self._w
+    ctx = self._ctx
+    eng = _rt.ENGINE
+    rgo = eng.crings
+    if rgo is None or not (0 <= dest < len(w) and 0 <= tag <= _tag_ub and ctx >= 0 and ctx not in _freed):
+        return _py_send(self, obj, dest, tag)
+    b = _dumps_small(obj)
+    if b is None:  # (a device array possible, a custom pickle, a large buffer inside: pickled there)
+        return _py_send(self, obj, dest, tag)
+    rg = <Rings>rgo
+    try:
+        wpo = w[dest]
+        wp = wpo
+        n = PyBytes_GET_SIZE(b)
+        if n <= rg.eager and wp < rg.nctl and eng.tr.backlog[wp] is None and not eng.failed and not _threads():
+            ctl = rg.ctl[wp]
+            if ctl != 0 and rg.send(ctl, rg.size, self._rank, ctx, tag, 0, <int64_t><void*>PyBytes_AS_STRING(b),
+                                    n) == 1:
+                return None
+        x = _send_pickled(w, self._rank, ctx, dest, tag, b, None, "send")
+        if x is not None:
+            self._wait(x, None, "send")
+        return None
+    except _mpiexc as e:
+        return self._raise(e)
+
+
+def recv(self, buf=None, source=-2, tag=-1, status=None):
+    """Receive a Python object (mpi4py ``Comm.recv``; MPI_Recv of its pickle)."""
+    cdef Rings rg
+    cdef int64_t wp, c, src, tg, addr, cap, rc, epoch, taba, outa, budget
+    cdef int64_t *out
+    cdef int spins = 0
+    cdef recv_fn fn
+    if buf is not None or type(source) is not int or type(tag) is not int or \
+            not (status is None or type(status) is _status_cls):
+        return _py_recv(self, buf, source, tag, status)
+    w = self._w
+    ctx = self._ctx
+    eng = _rt.ENGINE
+    rgo = eng.crings
+    if rgo is None or not (-2 <= source < len(w) and source != -1 and -1 <= tag <= _tag_ub and ctx >= 0 and
+                           ctx not in _freed) or _threads():
+        return _py_recv(self, buf, source, tag, status)
+    # the engine's recv_fast: a receive served by the next matching frame alone
+    if eng.tr.nbacklog or eng.pushing or eng.ready or eng.failed or eng.direct or eng.lazy:
+        return _py_recv(self, buf, source, tag, status)
+    q = eng.matcher._ctx.get(ctx)
+    if q is not None and (q.posted or q.unexpected):
+        return _py_recv(self, buf, source, tag, status)
+    wpo = source if source < 0 else w[source]
+    far = eng.far
+    if far and (source < 0 or wpo in far):
+        return _py_recv(self, buf, source, tag, status)
+    rg = <Rings>rgo
+    mv, addr, cap = eng.oscratch or eng.object_scratch()
+    ff = eng.farframes
+    wp, c, src, tg, epoch, taba, outa, fn = wpo, ctx, source, tag, eng.epoch, rg.taba, rg.outa, rg.recv
+    budget = eng.spin_next if ff is not None else eng.spin_first
+    with nogil:
+        rc = fn(taba, wp, c, src, tg, 0, addr, cap, budget, epoch, outa)
+    while rc == _c_empty:  # nothing yet: back off between short spins (oversubscribed cores)
+        if ff is not None and ff.arrived():
+            return _py_recv(self, buf, source, tag, status)  # a frame from another node: in order there
+        spins += 1
+        eng.backoff(spins + 50)
+        if _threads():
+            return _py_recv(self, buf, source, tag, status)
+        budget = eng.spin_next
+        with nogil:
+            rc = fn(taba, wp, c, src, tg, 0, addr, cap, budget, epoch, outa)
+    if rc != _GOT:
+        return _py_recv(self, buf, source, tag, status)  # (nothing consumed)
+    out = <int64_t*><void*>outa
+    if status is not None:
+        status._fill(out[0], out[1], out[2])
+    try:
+        return _load_reused(mv[:out[2]], out[0], "recv", w, ctx)
+    except _mpiexc as e:
+        return self._raise(e)

@@ -50,7 +50,7 @@ from ..request import Request, done_xfer
 from ..status import Status
 
 __all__ = ["EAGER", "IRECV", "ISEND", "NOW", "RECV", "SEND", "SENT_NOW", "compiled_methods", "like", "object_pairing", "object_receiving", "object_recv",
-           "object_send", "object_sending", "pairing", "receiving", "sending"]
+           "object_send", "object_send_pickled", "object_sending", "pairing", "receiving", "sending"]
 
 #: the operation of every Isend the fast path completed at once (shared: nothing writes a
 #: completed operation; each request still has a handle of its own)
@@ -79,20 +79,23 @@ def like(call, general):
     return call
 
 
-def compiled_methods(cls) -> None:
-    """Have :mod:`gpumpi._compiled` put the compiled ``Isend`` and ``Irecv`` (``_gpumpi_fast``'s)
-    on ``cls`` (the point-to-point class) or back the Python ones (this module's decorated
-    general paths), as it chooses.  The compiled ones serve this module's guard's commonest
-    case themselves (a whole array up to the eager limit to or from this node, nothing
-    queued, one thread) and hand every other call to the Python ones."""
-    py = {name: cls.__dict__[name] for name in ("Isend", "Irecv")}
+def compiled_methods(cls, names) -> None:
+    """Have :mod:`gpumpi._compiled` put the compiled methods ``names`` (of ``Isend``, ``Irecv``,
+    ``send``, ``recv``: ``_gpumpi_fast``'s) on ``cls`` or back the Python ones (this module's
+    decorated general paths), as it chooses.  The compiled ones serve this module's guards'
+    commonest case themselves (a whole array, or an object's pickle, up to the eager limit to
+    or from this node, nothing queued, one thread) and hand every other call to the Python
+    ones."""
+    py = {name: cls.__dict__[name] for name in names}
 
     def install(m) -> None:
         if m is None:
             for name, fn in py.items():
                 setattr(cls, name, fn)
             return
-        m.bind_p2p(_rt, FREED, _threads, Xfer, _RECV, P.DONE, Request, SENT_NOW, TAG_UB_VALUE, py["Isend"], py["Irecv"])
+        m.bind_p2p(_rt, FREED, _threads, Xfer, _RECV, P.DONE, Request, SENT_NOW, TAG_UB_VALUE, Status, MPIException,
+                   dumps_small, object_send_pickled, load_reused)
+        m.bind_python(py)
         for name, fn in py.items():
             setattr(cls, name, _compiled.dressed(getattr(m, name), fn))
 
@@ -301,6 +304,12 @@ def object_send(world, me: int, ctx: int, dest: int, tag: int, obj, call: str):
             b = bufs[0]
     else:
         p = None
+    return object_send_pickled(world, me, ctx, dest, tag, b, p, call)
+
+
+def object_send_pickled(world, me: int, ctx: int, dest: int, tag: int, b, p, call: str):
+    """:func:`object_send` of the pickle made: ``b``, the message as one ``bytes`` (or None), and
+    ``p``, ``dumps_parts``' result (or None where ``b`` is the message)."""
     if b is not None and _BYTES is not None:  # (None: not CPython's bytes layout)
         if _rt.ENGINE.send_fast(world[dest], me, ctx, tag, _id(b) + _BYTES, len(b), 0):
             return None

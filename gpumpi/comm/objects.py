@@ -217,3 +217,5 @@ class Objects:
         """Nonblocking matched probe for an object message (MPI_Improbe)."""
         return self.Improbe(source, tag, status)
 
+
+_fastpath.compiled_methods(Objects, ("send", "recv"))

@@ -506,4 +506,4 @@ class PointToPoint:
         return Request._of(_p2p.iflush(self._bpool), self)
 
 
-_fastpath.compiled_methods(PointToPoint)
+_fastpath.compiled_methods(PointToPoint, ("Isend", "Irecv"))
