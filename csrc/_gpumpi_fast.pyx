@@ -33,6 +33,7 @@ serves (one fast path, never two running side by side).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t, uint64_t
@@ -168,18 +169,24 @@ cdef enum:
 
 cdef class Rings:
     """One engine's compiled path through the C entry points of ``gpumpi.ipc.fastring``: its
-    out-rings' control blocks by world rank (0: none), the ring size, and the addresses of the
-    ring table and the result array (``Engine.ftab``/``fout``, kept alive here)."""
+    out-rings' control blocks by world rank (0: none), the ring size, the eager limit, the
+    addresses of the ring table and the result array (``Engine.ftab``/``fout``), the memory
+    object messages are received into (``Engine.object_scratch``), and the engine's state
+    objects that stay the same objects for its life (read here without an attribute lookup:
+    the transport and its backlog list, the lists of pushes, direct transfers, collective
+    rounds ready and lazy receives, the failed ranks, the matcher's queues by context, the
+    ranks of other nodes and their frames, and the spin budgets)."""
     cdef send_fn send
     cdef recv_fn recv
     cdef int64_t *ctl
     cdef Py_ssize_t nctl
-    cdef readonly int64_t size, taba, outa, eager
-    cdef object keep
+    cdef readonly int64_t size, taba, outa, eager, spin_first, spin_next, saddr, scap
+    cdef readonly bint typecheck
+    cdef readonly object engine, tr, backlog, pushing, direct, ready, lazy, failed, ctxq, far, farframes, smv, keep
 
-    def __cinit__(self, uint64_t send_addr, uint64_t recv_addr, ring_ctl, int64_t size, tab, out,
-                  int64_t eager):
+    def __cinit__(self, engine, uint64_t send_addr, uint64_t recv_addr):
         cdef Py_ssize_t i
+        ring_ctl = engine.fring
         self.send = <send_fn><void*>send_addr
         self.recv = <recv_fn><void*>recv_addr
         self.nctl = len(ring_ctl)
@@ -188,12 +195,31 @@ cdef class Rings:
             raise MemoryError()
         for i in range(self.nctl):
             self.ctl[i] = ring_ctl[i]
-        self.size, self.eager = size, eager
-        self.taba, self.outa = tab.ctypes.data, out.ctypes.data
-        self.keep = (tab, out)
+        self.size, self.eager = engine.fsize, engine.eager_limit
+        self.taba, self.outa = engine.ftab.ctypes.data, engine.fout.ctypes.data
+        self.spin_first, self.spin_next, self.typecheck = engine.spin_first, engine.spin_next, engine.typecheck
+        self.smv, self.saddr, self.scap = engine.object_scratch()
+        self.engine, self.tr, self.backlog = engine, engine.tr, engine.tr.backlog
+        self.pushing, self.direct, self.ready, self.lazy = engine.pushing, engine.direct, engine.ready, engine.lazy
+        self.failed, self.ctxq, self.far, self.farframes = engine.failed, engine.matcher._ctx, engine.far, \
+            engine.farframes
+        if type(self.backlog) is not list or type(self.lazy) is not list or type(self.ctxq) is not dict:
+            raise TypeError("_gpumpi_fast.Rings: the engine's state is not of the types this build reads")
+        self.keep = (engine.ftab, engine.fout)
 
     def __dealloc__(self):
         free(self.ctl)
+
+    cdef inline bint busy(self):
+        """``Engine._fast_clear``'s duties: frames queued, pushes, collective rounds, failed
+        peers, direct transfers or lazy receives (any: a receive must take the general way)."""
+        return self.tr.nbacklog or len(<list>self.pushing) or len(<list>self.ready) or len(<set>self.failed) or \
+            len(<list>self.direct) or len(<list>self.lazy)
+
+    cdef inline bint queued(self, object ctx):
+        """Whether a receive is posted, or a message waits, on context ``ctx`` in the matcher."""
+        cdef PyObject* q = PyDict_GetItem(<dict>self.ctxq, ctx)
+        return q != NULL and ((<object>q).posted or (<object>q).unexpected)
 
 
 # --- the compiled methods -----------------------------------------------------------------------
@@ -260,7 +286,7 @@ def bind_p2p(rt, freed, threads, xfer_cls, recv_kind, int done_state, request_cl
     thread count, ``Xfer`` class, receive kind and done state, ``Request`` class, shared
     completed send, largest tag, ``Status`` and ``MPI.Exception`` classes, the pickle of a small
     object (``_pickle.dumps_small``), the rest of an object send once pickled
-    (``_fastpath.api.object_send_pickled``) and the unpickle of a message in reused memory
+    (``_fastpath.api.object_send_pickled``) and the object of a message in reused memory
     (``_objects.load_reused``)."""
     global _rt, _freed, _threads, _sent_now, _tag_ub, _done
     global _status_cls, _mpiexc, _dumps_small, _send_pickled, _load_reused
@@ -339,7 +365,7 @@ def Isend(self, buf, dest, tag=0, *, stream=None):
     rg = <Rings>rgo
     wpo = w[dest]
     wp = wpo
-    if n > rg.eager or wp >= rg.nctl or eng.tr.backlog[wp] is not None or eng.failed or _threads():
+    if n > rg.eager or wp >= rg.nctl or (<list>rg.backlog)[wp] is not None or len(<set>rg.failed) or _threads():
         return _py_isend(self, buf, dest, tag, stream=stream)
     ctl = rg.ctl[wp]
     c = ctx
@@ -360,18 +386,17 @@ def Irecv(self, buf, source=-2, tag=-1, status=None, *, stream=None):
     w = self._w
     ctx = self._ctx
     if not (-2 <= source < len(w) and source != -1 and -1 <= tag <= _tag_ub and ctx >= 0 and ctx not in _freed) or \
-            not _array(buf, True, &addr, &n, &sig) or _threads() or eng.failed:
+            not _array(buf, True, &addr, &n, &sig) or _threads():
         return _py_irecv(self, buf, source, tag, status, stream=stream)
     rg = <Rings>rgo
-    q = eng.matcher._ctx.get(ctx)
-    if q is not None and (q.posted or q.unexpected):
+    if len(<set>rg.failed) or rg.queued(ctx):
         return _py_irecv(self, buf, source, tag, status, stream=stream)
     wpo = source if source < 0 else w[source]
-    far = eng.far
+    far = rg.far
     far = far and (source < 0 or wpo in far)
     if far or n > rg.eager:
         return _py_irecv(self, buf, source, tag, status, stream=stream)
-    if not eng.typecheck:
+    if not rg.typecheck:
         sig = 0
     x = _clone(_xrecv, _xoffs, _nx)
     _put(x, _x_sig, sig)
@@ -383,7 +408,7 @@ def Irecv(self, buf, source=-2, tag=-1, status=None, *, stream=None):
     _put(x, _x_tag, tag)
     _put(x, _x_call, "Irecv")
     _put(x, _x_result, far)
-    lazy = eng.lazy
+    lazy = <list>rg.lazy
     if not lazy:
         wp, c, src, tg = wpo, ctx, source, tag
         rc = rg.recv(rg.taba, wp, c, src, tg, sig, addr, n, 1, eng.epoch, rg.outa)
@@ -456,14 +481,15 @@ def drain(self):
         return _py_drain(self)
     rg = <Rings>rgo
     out = <int64_t*><void*>rg.outa
-    lazy = self.lazy
+    lazy = <list>rg.lazy
     n = len(lazy)
-    ctxq = self.matcher._ctx
+    ctxq = <dict>rg.ctxq
+    failed = <set>rg.failed
     epoch = self.epoch
     while i < n:
         x = lazy[i]
         q = ctxq.get(_get(x, _x_ctx))
-        if self.failed or q is not None and q.posted:
+        if len(failed) or q is not None and q.posted:
             break
         if q is not None and q.unexpected:
             i += 1
@@ -527,7 +553,8 @@ def send(self, obj, dest, tag=0):
         wpo = w[dest]
         wp = wpo
         n = PyBytes_GET_SIZE(b)
-        if n <= rg.eager and wp < rg.nctl and eng.tr.backlog[wp] is None and not eng.failed and not _threads():
+        if n <= rg.eager and wp < rg.nctl and (<list>rg.backlog)[wp] is None and not len(<set>rg.failed) and \
+                not _threads():
             ctl = rg.ctl[wp]
             if ctl != 0 and rg.send(ctl, rg.size, self._rank, ctx, tag, 0, <int64_t><void*>PyBytes_AS_STRING(b),
                                     n) == 1:
@@ -558,20 +585,17 @@ def recv(self, buf=None, source=-2, tag=-1, status=None):
                            ctx not in _freed) or _threads():
         return _py_recv(self, buf, source, tag, status)
     # the engine's recv_fast: a receive served by the next matching frame alone
-    if eng.tr.nbacklog or eng.pushing or eng.ready or eng.failed or eng.direct or eng.lazy:
-        return _py_recv(self, buf, source, tag, status)
-    q = eng.matcher._ctx.get(ctx)
-    if q is not None and (q.posted or q.unexpected):
+    rg = <Rings>rgo
+    if rg.busy() or rg.queued(ctx):
         return _py_recv(self, buf, source, tag, status)
     wpo = source if source < 0 else w[source]
-    far = eng.far
+    far = rg.far
     if far and (source < 0 or wpo in far):
         return _py_recv(self, buf, source, tag, status)
-    rg = <Rings>rgo
-    mv, addr, cap = eng.oscratch or eng.object_scratch()
-    ff = eng.farframes
+    mv, addr, cap = rg.smv, rg.saddr, rg.scap
+    ff = rg.farframes
     wp, c, src, tg, epoch, taba, outa, fn = wpo, ctx, source, tag, eng.epoch, rg.taba, rg.outa, rg.recv
-    budget = eng.spin_next if ff is not None else eng.spin_first
+    budget = rg.spin_next if ff is not None else rg.spin_first
     with nogil:
         rc = fn(taba, wp, c, src, tg, 0, addr, cap, budget, epoch, outa)
     while rc == _c_empty:  # nothing yet: back off between short spins (oversubscribed cores)
@@ -581,7 +605,7 @@ def recv(self, buf=None, source=-2, tag=-1, status=None):
         eng.backoff(spins + 50)
         if _threads():
             return _py_recv(self, buf, source, tag, status)
-        budget = eng.spin_next
+        budget = rg.spin_next
         with nogil:
             rc = fn(taba, wp, c, src, tg, 0, addr, cap, budget, epoch, outa)
     if rc != _GOT:

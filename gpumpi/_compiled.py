@@ -57,12 +57,13 @@ def dressed(call, python):
     return call
 
 
-def rings(send_addr: int, recv_addr: int, ring_ctl, size: int, tab, out, eager: int):
-    """The compiled methods' view of an engine's rings (``_gpumpi_fast.Rings``), where the
-    compiled module is built (whether or not it is in use now: :func:`apply` may switch it
-    on later); None where it is not."""
+def rings(engine, send_addr: int, recv_addr: int):
+    """The compiled methods' view of ``engine``'s rings and state (``_gpumpi_fast.Rings``:
+    the C entry points of ``gpumpi.ipc.fastring`` at ``send_addr``/``recv_addr``), where the
+    compiled module is built (whether or not it is in use now: :func:`apply` may switch it on
+    later); None where it is not."""
     m = module()
-    return None if m is None else m.Rings(send_addr, recv_addr, ring_ctl, size, tab, out, eager)
+    return None if m is None else m.Rings(engine, send_addr, recv_addr)
 
 
 def module():

@@ -183,7 +183,8 @@ class CompiledPath:
 
     def _unlazy(self) -> None:
         """Give the lazy receives to the matcher, in the order they were posted."""
-        lazy, self.lazy = self.lazy, []
+        lazy = self.lazy[:]
+        del self.lazy[:]  # (the same list: the compiled layer holds it)
         for x in lazy:
             self._post_lazy(x)
 
@@ -247,7 +248,7 @@ class CompiledPath:
         except Exception:  # noqa: BLE001 -- unable to compile here: the compiled methods hand every call on
             sa = None
         if sa is not None:
-            self.crings = _compiled.rings(sa, ra, out, self.fsize, self.ftab, self.fout, self.eager_limit)
+            self.crings = _compiled.rings(self, sa, ra)
         far = self.farframes
         if far is not None:
             try:
