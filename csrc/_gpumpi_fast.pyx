@@ -62,10 +62,9 @@ cdef inline uint64_t _word(object a, Py_ssize_t off) noexcept:
     return (<uint64_t*>(<char*><void*>a + off))[0]
 
 
-def host_fast(spec, bint writable):
-    """``(address, nbytes, signature code)`` of the commonest point-to-point spec -- a whole
-    contiguous NumPy array, bare or as ``[array, predefined datatype]`` -- or None (the
-    contract of ``gpumpi._buffers.host_fast``)."""
+cdef int _spec(object spec, bint writable, int64_t *addr, int64_t *nbytes, int64_t *code) except -1:
+    """1 and the address, bytes and signature code of the commonest point-to-point spec -- a whole
+    contiguous NumPy array, bare or as ``[array, predefined datatype]`` -- or 0."""
     cdef object t = type(spec)
     cdef object a, sig, e, dt
     cdef uint64_t fl
@@ -77,30 +76,43 @@ def host_fast(spec, bint writable):
         if sig == -1:
             sig = _fast_dtype(dt)
         if sig is None:
-            return None
+            return 0
         n = a.nbytes
     elif (t is list or t is tuple) and len(spec) == 2:
         a, dt = spec
         if type(a) is not _ndarray:
-            return None
+            return 0
         e = _fast_type.get(id(dt))
         if e is None:
             if _fast_type:
-                return None
+                return 0
             _fast_types()
             e = _fast_type.get(id(dt))
             if e is None:
-                return None
+                return 0
         n = a.nbytes
         if n % <Py_ssize_t>(<tuple>e)[0]:
-            return None
+            return 0
         sig = (<tuple>e)[1]
     else:
-        return None
+        return 0
     fl = _word(a, _flags_off)
     if not fl & 3 or (writable and not fl & 0x400):  # NPY_ARRAY_C/F_CONTIGUOUS; NPY_ARRAY_WRITEABLE
+        return 0
+    addr[0] = <int64_t>_word(a, _data_off)
+    nbytes[0] = n
+    code[0] = sig
+    return 1
+
+
+def host_fast(spec, bint writable):
+    """``(address, nbytes, signature code)`` of the commonest point-to-point spec -- a whole
+    contiguous NumPy array, bare or as ``[array, predefined datatype]`` -- or None (the
+    contract of ``gpumpi._buffers.host_fast``)."""
+    cdef int64_t addr, n, sig
+    if not _spec(spec, writable, &addr, &n, &sig):
         return None
-    return (_word(a, _data_off), n, sig)
+    return (addr, n, sig)
 
 
 # --- instances of gpumpi's slotted Python classes, made without their __init__ -----------------
@@ -327,28 +339,6 @@ cdef inline object _new_request(object x, object comm, object keep):
     return r
 
 
-cdef int _array(object a, bint writable, int64_t *addr, int64_t *n, int64_t *sig) except -1:
-    """1 and the address, bytes and signature code of a whole contiguous NumPy array ``a`` of a
-    dtype with a shortcut; 0 if not (``host_fast``'s bare-array case)."""
-    cdef object s
-    cdef uint64_t fl
-    if type(a) is not _ndarray:
-        return 0
-    dt = a.dtype
-    s = _fast_dt.get(id(dt), -1)
-    if s == -1:
-        s = _fast_dtype(dt)
-    if s is None:
-        return 0
-    fl = _word(a, _flags_off)
-    if not fl & 3 or (writable and not fl & 0x400):
-        return 0
-    addr[0] = <int64_t>_word(a, _data_off)
-    n[0] = a.nbytes
-    sig[0] = s
-    return 1
-
-
 def Isend(self, buf, dest, tag=0, *, stream=None):
     """Nonblocking send (MPI_Isend)."""
     cdef int64_t addr, n, sig, ctl, wp, c
@@ -360,7 +350,7 @@ def Isend(self, buf, dest, tag=0, *, stream=None):
     w = self._w
     ctx = self._ctx
     if not (0 <= dest < len(w) and 0 <= tag <= _tag_ub and ctx >= 0 and ctx not in _freed) or \
-            not _array(buf, False, &addr, &n, &sig):
+            not _spec(buf, False, &addr, &n, &sig):
         return _py_isend(self, buf, dest, tag, stream=stream)
     rg = <Rings>rgo
     wpo = w[dest]
@@ -386,7 +376,7 @@ def Irecv(self, buf, source=-2, tag=-1, status=None, *, stream=None):
     w = self._w
     ctx = self._ctx
     if not (-2 <= source < len(w) and source != -1 and -1 <= tag <= _tag_ub and ctx >= 0 and ctx not in _freed) or \
-            not _array(buf, True, &addr, &n, &sig) or _threads():
+            not _spec(buf, True, &addr, &n, &sig) or _threads():
         return _py_irecv(self, buf, source, tag, status, stream=stream)
     rg = <Rings>rgo
     if len(<set>rg.failed) or rg.queued(ctx):
