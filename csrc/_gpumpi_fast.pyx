@@ -174,6 +174,8 @@ cdef object _clone(object proto, Py_ssize_t *offs, Py_ssize_t n):
 ctypedef int64_t (*send_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*recv_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                             int64_t, int64_t) noexcept nogil
+ctypedef int64_t (*mrecv_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             int64_t, int64_t, int64_t, int64_t) noexcept nogil
 
 cdef enum:
     _GOT = 1  # fastring.GOT
@@ -190,13 +192,16 @@ cdef class Rings:
     ranks of other nodes and their frames, and the spin budgets)."""
     cdef send_fn send
     cdef recv_fn recv
+    cdef send_fn msend  # gpumpi.ipc.fastmpi's (NULL: no compiled path to other nodes)
+    cdef mrecv_fn mrecv
     cdef int64_t *ctl
     cdef Py_ssize_t nctl
-    cdef readonly int64_t size, taba, outa, eager, spin_first, spin_next, saddr, scap
+    cdef readonly int64_t size, taba, outa, eager, spin_first, spin_next, saddr, scap, mtab_a, far_eager, mchunk
     cdef readonly bint typecheck
     cdef readonly object engine, tr, backlog, pushing, direct, ready, lazy, failed, ctxq, far, farframes, smv, keep
+    cdef readonly object mslots, FAR
 
-    def __cinit__(self, engine, uint64_t send_addr, uint64_t recv_addr):
+    def __cinit__(self, engine, uint64_t send_addr, uint64_t recv_addr, uint64_t far_send=0, uint64_t far_recv=0):
         cdef Py_ssize_t i
         ring_ctl = engine.fring
         self.send = <send_fn><void*>send_addr
@@ -218,6 +223,13 @@ cdef class Rings:
         if type(self.backlog) is not list or type(self.lazy) is not list or type(self.ctxq) is not dict:
             raise TypeError("_gpumpi_fast.Rings: the engine's state is not of the types this build reads")
         self.keep = (engine.ftab, engine.fout)
+        self.msend, self.mrecv = NULL, NULL
+        if far_send and far_recv and engine.mtab is not None:
+            from gpumpi.ipc.base import FAR
+            self.msend = <send_fn><void*>far_send
+            self.mrecv = <mrecv_fn><void*>far_recv
+            self.mtab_a, self.far_eager, self.mchunk = engine.mtab_a, engine.far_eager, engine.mchunk
+            self.mslots, self.FAR = engine.mslots, FAR
 
     def __dealloc__(self):
         free(self.ctl)
@@ -355,18 +367,25 @@ def Isend(self, buf, dest, tag=0, *, stream=None):
     rg = <Rings>rgo
     wpo = w[dest]
     wp = wpo
-    if n > rg.eager or wp >= rg.nctl or (<list>rg.backlog)[wp] is not None or len(<set>rg.failed) or _threads():
+    if wp >= rg.nctl or len(<set>rg.failed) or _threads():
         return _py_isend(self, buf, dest, tag, stream=stream)
-    ctl = rg.ctl[wp]
     c = ctx
-    if ctl == 0 or rg.send(ctl, rg.size, self._rank, c, tag, sig, addr, n) != 1:
+    bl = (<list>rg.backlog)[wp]
+    if bl is None:  # a rank of this node, nothing queued for it: into its ring
+        ctl = rg.ctl[wp]
+        if n > rg.eager or ctl == 0 or rg.send(ctl, rg.size, self._rank, c, tag, sig, addr, n) != 1:
+            return _py_isend(self, buf, dest, tag, stream=stream)
+    elif bl is rg.FAR and rg.msend != NULL and n <= rg.far_eager:  # a rank of another node: one MPI message
+        if rg.msend(rg.mtab_a, wp, self._rank, c, tag, sig, addr, n) != 1:
+            return _py_isend(self, buf, dest, tag, stream=stream)
+    else:
         return _py_isend(self, buf, dest, tag, stream=stream)
     return _new_request(_sent_now, self, buf)
 
 
 def Irecv(self, buf, source=-2, tag=-1, status=None, *, stream=None):
     """Nonblocking receive (MPI_Irecv)."""
-    cdef int64_t addr, n, sig, wp, rc, c, src, tg
+    cdef int64_t addr, n, sig, wp, rc, c, src, tg, slot
     cdef int64_t *out
     cdef Rings rg
     eng = _rt.ENGINE
@@ -384,7 +403,7 @@ def Irecv(self, buf, source=-2, tag=-1, status=None, *, stream=None):
     wpo = source if source < 0 else w[source]
     far = rg.far
     far = far and (source < 0 or wpo in far)
-    if far or n > rg.eager:
+    if (n > rg.mchunk or rg.mrecv == NULL) if far else n > rg.eager:
         return _py_irecv(self, buf, source, tag, status, stream=stream)
     if not rg.typecheck:
         sig = 0
@@ -401,7 +420,17 @@ def Irecv(self, buf, source=-2, tag=-1, status=None, *, stream=None):
     lazy = <list>rg.lazy
     if not lazy:
         wp, c, src, tg = wpo, ctx, source, tag
-        rc = rg.recv(rg.taba, wp, c, src, tg, sig, addr, n, 1, eng.epoch, rg.outa)
+        if far:  # the engine's _look of a receive another node may satisfy
+            slot = rg.mslots.next_address()  # 0: no free slot, a message pushed ahead is the engine's
+            rc = rg.mrecv(rg.mtab_a, rg.taba, wp, c, src, tg, sig, addr, n, -2 if slot else -1, eng.epoch, rg.outa,
+                          slot)
+            if rc < 0:  # (nothing done: the Python method looks again and reports the MPI library's failure)
+                return _py_irecv(self, buf, source, tag, status, stream=stream)
+            if rc == _c_pending:
+                eng._pending(x)
+                return _new_request(x, self, buf)
+        else:
+            rc = rg.recv(rg.taba, wp, c, src, tg, sig, addr, n, 1, eng.epoch, rg.outa)
         if rc == _GOT:
             out = <int64_t*><void*>rg.outa
             _put(x, _x_sts, out[0])

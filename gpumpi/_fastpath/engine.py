@@ -243,12 +243,6 @@ class CompiledPath:
         self.fsize = tr.out[self.rank].size
         self.ftab_a, self.fout_a = self.ftab.ctypes.data, self.fout.ctypes.data  # for rounds (addresses)
         self.fsend, self.fwait, self.frecv, self.frounds = send, wait, recv, rounds
-        try:
-            sa, ra = fastring.c_entries()
-        except Exception:  # noqa: BLE001 -- unable to compile here: the compiled methods hand every call on
-            sa = None
-        if sa is not None:
-            self.crings = _compiled.rings(self, sa, ra)
         far = self.farframes
         if far is not None:
             try:
@@ -264,6 +258,16 @@ class CompiledPath:
                     self.mtab_a = mt.ctypes.data
             except Exception:  # noqa: BLE001 -- unable to compile here: the general path serves
                 self.mtab = None
+        try:
+            entries = fastring.c_entries()
+            if self.mtab is not None:
+                from ..ipc import fastmpi
+
+                entries += fastmpi.c_entries()
+        except Exception:  # noqa: BLE001 -- unable to compile here: the compiled methods hand every call on
+            entries = None
+        if entries is not None:
+            self.crings = _compiled.rings(self, *entries)
 
     def send_fast(self, wpeer: int, src: int, ctx: int, tag: int, addr: int, nbytes: int, sig: int) -> bool:
         """A standard send of ``nbytes`` contiguous host bytes at ``addr``, written into the ring to

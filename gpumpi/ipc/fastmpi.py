@@ -73,6 +73,7 @@ CTRL = _F.CTRL
 
 _LOCK = threading.Lock()
 _K = None
+_C = None
 
 # intrinsics (fastring's, and the calls of MPI functions by address), set by _build()
 _ld64a = _ld64 = _ld32 = _ld16 = _ld8 = _ldi32 = _st64 = _st32 = _st16 = _st8 = _memcpy = _pause = _peek = None
@@ -90,6 +91,20 @@ def kernels():
             if _K is None:
                 _K = _build()
     return _K
+
+
+def c_entries():
+    """``(send, recv)``: addresses of C entry points of :func:`kernels`' ``send`` and ``recv`` (the
+    same arguments), for the compiled layer (:mod:`gpumpi._compiled`): Numba ``cfunc`` builds
+    of the same code, compiled on first use (or loaded from the disk cache)."""
+    global _C
+    kernels()
+    if _C is None:
+        with _LOCK:
+            if _C is None:
+                _C = (_F._cfunc(_j_send_a, "int64(" + ", ".join(["int64"] * 8) + ")").address,
+                      _F._cfunc(_j_recv_a, "int64(" + ", ".join(["int64"] * 13) + ")").address)
+    return _C
 
 
 def _callers():
