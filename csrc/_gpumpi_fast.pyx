@@ -16,15 +16,20 @@ serves (one fast path, never two running side by side).
   from the array header (the offsets gpumpi._arrays checked at import), or None.  Its tables
   (dtype -> signature code, predefined datatype -> (size, code)) are gpumpi._buffers' own
   dicts, filled by its Python functions on a miss; nothing is cached here.
-* :func:`Isend`, :func:`Irecv` and :func:`Waitall` replace the methods of the same names
-  (``gpumpi.comm.p2p.PointToPoint``, ``gpumpi.request.Request``) for their commonest case --
-  a whole contiguous NumPy array up to the eager limit, to or from a rank of this node, one
-  thread, nothing queued ahead; a window of requests all complete, no statuses -- and hand
-  every other call, unchanged, to the Python method they replace (:func:`methods` names
-  them), which decides and does everything as before.  The guard is the Python one's (the
-  same tests in the same order, ``gpumpi._fastpath.api`` and ``gpumpi._fastpath.engine``);
-  the ring is written and read by the C entry points of ``gpumpi.ipc.fastring``'s Numba code
-  (:class:`Rings`, one per engine), so no Python object crosses those calls.
+* :func:`Isend`, :func:`Irecv`, :func:`Waitall`, :func:`send` and :func:`recv` replace the
+  methods of the same names (``gpumpi.comm.p2p.PointToPoint``, ``gpumpi.request.Request``,
+  ``gpumpi.comm.objects.Objects``) for their commonest case -- a whole contiguous NumPy array
+  (bare or ``[array, predefined datatype]``) or a small object's pickle, up to the eager
+  limit, to or from a rank of this node (or, for ``Isend``/``Irecv``, of another node through
+  the MPI library), one thread, nothing queued ahead; a list of requests all complete, no
+  statuses -- and hand every other call, unchanged, to the Python method they replace
+  (:func:`bind_python`), which decides and does everything as before.  :func:`drain`
+  replaces the engine's ``CompiledPath._drain`` (the lazy receives' completion).  The guards
+  are the Python ones' (the same tests in the same order, ``gpumpi._fastpath.api`` and
+  ``gpumpi._fastpath.engine``); the rings are written and read by the C entry points of
+  ``gpumpi.ipc.fastring``'s and ``gpumpi.ipc.fastmpi``'s Numba code (``numba.cfunc`` builds),
+  through :class:`Rings` (one per engine, which also holds the engine's long-lived state
+  objects), so no Python object crosses those calls.
 * The operation records (``gpumpi._xfer.Xfer``) and requests (``gpumpi.request.Request``)
   these make are the Python classes' own instances: allocated by the type's allocator and
   filled through the classes' slot offsets, every slot first copied from a template made
@@ -40,7 +45,7 @@ from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, malloc
 
 #: the interface version gpumpi._compiled expects (bump on any change of a signature)
-ABI = 2
+ABI = 3
 
 cdef object _ndarray = None
 cdef dict _fast_dt = None

@@ -264,10 +264,9 @@ class CompiledPath:
                 from ..ipc import fastmpi
 
                 entries += fastmpi.c_entries()
-        except Exception:  # noqa: BLE001 -- unable to compile here: the compiled methods hand every call on
-            entries = None
-        if entries is not None:
             self.crings = _compiled.rings(self, *entries)
+        except Exception:  # noqa: BLE001 -- unable to compile here: the compiled methods hand every call on
+            self.crings = None
 
     def send_fast(self, wpeer: int, src: int, ctx: int, tag: int, addr: int, nbytes: int, sig: int) -> bool:
         """A standard send of ``nbytes`` contiguous host bytes at ``addr``, written into the ring to
