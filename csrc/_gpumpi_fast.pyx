@@ -345,6 +345,17 @@ def bind_requests(xfer_cls, recv_kind, request_cls, py_waitall):
     _py_waitall = py_waitall
 
 
+cdef inline void _got(object x, int64_t *out):
+    """The engine's ``_got``: complete receive ``x`` that a look took (its status at ``out``)."""
+    _put(x, _x_sts, out[0])
+    _put(x, _x_stt, out[1])
+    _put(x, _x_stn, out[2])
+    _put(x, _x_msig, out[3])
+    _put(x, _x_mem, None)
+    _put(x, _x_state, _done)
+    _put(x, _x_done, True)
+
+
 cdef inline object _new_request(object x, object comm, object keep):
     """``Request._of(x, comm, None, keep)``."""
     cdef object r = _clone(_rproto, NULL, 0)
@@ -391,7 +402,6 @@ def Isend(self, buf, dest, tag=0, *, stream=None):
 def Irecv(self, buf, source=-2, tag=-1, status=None, *, stream=None):
     """Nonblocking receive (MPI_Irecv)."""
     cdef int64_t addr, n, sig, wp, rc, c, src, tg, slot
-    cdef int64_t *out
     cdef Rings rg
     eng = _rt.ENGINE
     rgo = eng.crings
@@ -437,14 +447,7 @@ def Irecv(self, buf, source=-2, tag=-1, status=None, *, stream=None):
         else:
             rc = rg.recv(rg.taba, wp, c, src, tg, sig, addr, n, 1, eng.epoch, rg.outa)
         if rc == _GOT:
-            out = <int64_t*><void*>rg.outa
-            _put(x, _x_sts, out[0])
-            _put(x, _x_stt, out[1])
-            _put(x, _x_stn, out[2])
-            _put(x, _x_msig, out[3])
-            _put(x, _x_mem, None)
-            _put(x, _x_state, _done)
-            _put(x, _x_done, True)
+            _got(x, <int64_t*><void*>rg.outa)
             return _new_request(x, self, buf)
     _put(x, _x_mem, buf)  # the buffer spec until posted (the engine's _post_lazy parses it)
     lazy.append(x)
@@ -525,14 +528,8 @@ def drain(self):
         else:
             rc = rg.recv(rg.taba, _i64(x, _x_wpeer), _i64(x, _x_ctx), _i64(x, _x_src), _i64(x, _x_tag),
                          _i64(x, _x_sig), _i64(x, _x_addr), _i64(x, _x_cap), 1, epoch, rg.outa)
-            if rc == _GOT:  # the engine's _got
-                _put(x, _x_sts, out[0])
-                _put(x, _x_stt, out[1])
-                _put(x, _x_stn, out[2])
-                _put(x, _x_msig, out[3])
-                _put(x, _x_mem, None)
-                _put(x, _x_state, _done)
-                _put(x, _x_done, True)
+            if rc == _GOT:
+                _got(x, out)
                 i += 1
                 continue
         if rc == _GOT:
