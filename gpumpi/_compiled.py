@@ -45,9 +45,10 @@ def register(installer) -> None:
 
 
 def dressed(call, python):
-    """The compiled method ``call`` dressed as its Python twin ``python`` (name, docstring,
-    signature: mpi4py's introspection and the docs see the same method); no ``__wrapped__``
-    (that marks a profiler's wrapper)."""
+    """``call`` dressed as ``python`` (name, docstring, signature: mpi4py's introspection and the
+    docs see the same method): a compiled method as its Python twin, or a fast path as the
+    general path it decorates; no ``__wrapped__`` (that marks a profiler's wrapper,
+    ``GPUMPI_PROFILE``, NVTX)."""
     import functools
     import inspect
 

@@ -28,9 +28,6 @@ then the engine's ``isend``/``irecv`` directly.
 
 from __future__ import annotations
 
-import functools
-import inspect
-
 from numpy import ndarray as _ndarray
 
 from .. import _compiled
@@ -49,12 +46,12 @@ from ..errors import error
 from ..request import Request, done_xfer
 from ..status import Status
 
-__all__ = ["EAGER", "IRECV", "ISEND", "NOW", "RECV", "SEND", "SENT_NOW", "compiled_methods", "like", "object_pairing", "object_receiving", "object_recv",
-           "object_send", "object_send_pickled", "object_sending", "pairing", "receiving", "sending"]
+__all__ = ["EAGER", "IRECV", "ISEND", "NOW", "RECV", "SEND", "compiled_methods", "object_pairing", "object_receiving",
+           "object_recv", "object_send", "object_send_pickled", "object_sending", "pairing", "receiving", "sending"]
 
 #: the operation of every Isend the fast path completed at once (shared: nothing writes a
 #: completed operation; each request still has a handle of its own)
-SENT_NOW = done_xfer()
+_SENT_NOW = done_xfer()
 
 #: what a :func:`sending` method is (SEND: a blocking Send; ISEND: an Isend; EAGER: write it
 #: now, or nothing) and a :func:`receiving` one (RECV: a blocking Recv; IRECV: an Irecv;
@@ -68,15 +65,6 @@ _STANDARD = 0  # gpumpi._p2p.STANDARD (the protocol's standard mode)
 
 def _nothing(*args, **kwargs):
     return None
-
-
-def like(call, general):
-    """``call`` dressed as ``general`` (name, docstring, signature) for mpi4py's introspection;
-    no ``__wrapped__``: that marks a profiler's wrapper (``GPUMPI_PROFILE``, NVTX)."""
-    functools.update_wrapper(call, general, updated=())
-    del call.__wrapped__
-    call.__signature__ = inspect.signature(general)
-    return call
 
 
 def compiled_methods(cls, names) -> None:
@@ -93,7 +81,7 @@ def compiled_methods(cls, names) -> None:
             for name, fn in py.items():
                 setattr(cls, name, fn)
             return
-        m.bind_p2p(_rt, FREED, _threads, Xfer, _RECV, P.DONE, Request, SENT_NOW, TAG_UB_VALUE, Status, MPIException,
+        m.bind_p2p(_rt, FREED, _threads, Xfer, _RECV, P.DONE, Request, _SENT_NOW, TAG_UB_VALUE, Status, MPIException,
                    dumps_small, object_send_pickled, load_reused)
         m.bind_python(py)
         for name, fn in py.items():
@@ -127,7 +115,7 @@ def sending(mode: int):
                 if h is not None:
                     w = self._w[dest]
                     if eng.send_fast(w, self._rank, ctx, tag, h[0], h[1], h[2]):
-                        return None if send else Request._of(SENT_NOW, self, None, buf) if isend else True
+                        return None if send else Request._of(_SENT_NOW, self, None, buf) if isend else True
                     if eng.mtab is not None:  # another node: pushed ahead, compiled
                         if send:
                             if eng.push_far(w, self._rank, ctx, tag, h[0], h[1], h[2]):
@@ -142,7 +130,7 @@ def sending(mode: int):
                 return self._raise(e)
             return general(self, buf, dest, tag, stream=stream)
 
-        return like(call, general)
+        return _compiled.dressed(call, general)
 
     return wrap
 
@@ -215,7 +203,7 @@ def receiving(mode: int):
                 return self._raise(e)
             return general(self, buf, source, tag, status, stream=stream)
 
-        return like(call, general)
+        return _compiled.dressed(call, general)
 
     return wrap
 
@@ -261,7 +249,7 @@ def pairing(recv_rest):
                 return None
             return general(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status, stream=stream)
 
-        return like(call, general)
+        return _compiled.dressed(call, general)
 
     return wrap
 
@@ -348,14 +336,14 @@ def object_sending(mode: int):
             try:
                 x = object_send(self._w, self._rank, self._ctx, dest, tag, obj, name)
                 if isend:
-                    return Request._of(SENT_NOW, self, None, None) if x is None else self._req(x)
+                    return Request._of(_SENT_NOW, self, None, None) if x is None else self._req(x)
                 if x is not None:
                     self._wait(x, None, name)
                 return None
             except MPIException as e:
                 return self._raise(e)
 
-        return like(call, general)
+        return _compiled.dressed(call, general)
 
     return wrap
 
@@ -373,7 +361,7 @@ def object_receiving(general):
                 return got[0]
         return general(self, buf, source, tag, status)
 
-    return like(call, general)
+    return _compiled.dressed(call, general)
 
 
 def object_pairing(recv_rest):
@@ -400,6 +388,6 @@ def object_pairing(recv_rest):
             except MPIException as e:
                 return self._raise(e)
 
-        return like(call, general)
+        return _compiled.dressed(call, general)
 
     return wrap
