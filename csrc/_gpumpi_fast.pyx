@@ -39,13 +39,15 @@ serves (one fast path, never two running side by side).
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from cpython.buffer cimport PyBUF_READ
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, malloc
 
 #: the interface version gpumpi._compiled expects (bump on any change of a signature)
-ABI = 3
+ABI = 4
 
 cdef object _ndarray = None
 cdef dict _fast_dt = None
@@ -262,7 +264,7 @@ cdef object _xrecv = None       # a receive Xfer as Xfer(RECV) leaves it (the te
 cdef object _rproto = None      # a Request as Request._of leaves it, before its fields (the template)
 cdef object _py_isend = None, _py_irecv = None, _py_waitall = None   # the Python methods (functions)
 cdef object _py_send = None, _py_recv = None
-cdef object _status_cls = None, _mpiexc = None, _dumps_small = None, _send_pickled = None, _load_reused = None
+cdef object _status_cls = None, _mpiexc = None, _send_pickled = None, _load_reused = None
 cdef int64_t _tag_ub = 0
 cdef object _done = None        # the done state of an Xfer
 
@@ -310,20 +312,19 @@ cdef _request_slots(type request_cls):
 
 
 def bind_p2p(rt, freed, threads, xfer_cls, recv_kind, int done_state, request_cls, sent_now, int64_t tag_ub,
-             status_cls, mpiexc, dumps_small, send_pickled, load_reused):
+             status_cls, mpiexc, send_pickled, load_reused):
     """Bind the compiled point-to-point methods to gpumpi: its runtime module, freed-context set,
     thread count, ``Xfer`` class, receive kind and done state, ``Request`` class, shared
-    completed send, largest tag, ``Status`` and ``MPI.Exception`` classes, the pickle of a small
-    object (``_pickle.dumps_small``), the rest of an object send once pickled
+    completed send, largest tag, ``Status`` and ``MPI.Exception`` classes, the rest of an
+    object send once pickled
     (``_fastpath.api.object_send_pickled``) and the object of a message in reused memory
     (``_objects.load_reused``)."""
     global _rt, _freed, _threads, _sent_now, _tag_ub, _done
-    global _status_cls, _mpiexc, _dumps_small, _send_pickled, _load_reused
+    global _status_cls, _mpiexc, _send_pickled, _load_reused
     _xfer_slots(xfer_cls, recv_kind)
     _request_slots(request_cls)
     _rt, _freed, _threads, _sent_now, _tag_ub, _done = rt, freed, threads, sent_now, tag_ub, done_state
-    _status_cls, _mpiexc, _dumps_small, _send_pickled, _load_reused = status_cls, mpiexc, dumps_small, send_pickled, \
-        load_reused
+    _status_cls, _mpiexc, _send_pickled, _load_reused = status_cls, mpiexc, send_pickled, load_reused
 
 
 def bind_python(dict methods):
@@ -552,6 +553,82 @@ def drain(self):
 
 # --- object messages (gpumpi._fastpath.api.object_sending / object_receiving) -------------------
 
+cdef object _pk = None         # gpumpi._pickle.PICKLE (MPI.pickle)
+cdef object _pyd = None, _pyl = None  # pickle.dumps, pickle.loads
+cdef dict _pkg = None          # gpumpi._pickle's globals (_seen_device, _sims)
+cdef dict _mods = None         # sys.modules
+cdef object _dev_possible = None, _default_protocol = None, _no_large = None, _large = None
+cdef Py_ssize_t _foot = 0
+cdef int _highest = 5
+cdef Py_ssize_t _k_dumps, _k_loads, _k_proto  # the slot offsets of Pickle's _dumps, _loads, _proto
+
+
+def bind_pickle(pk, dumps, loads, dict module_globals, dict modules, device_possible, default_protocol, no_large,
+                large, Py_ssize_t foot, int highest):
+    """Bind :func:`dumps_small` and :func:`loads_plain` to gpumpi._pickle: ``MPI.pickle``, the
+    standard ``pickle.dumps``/``loads``, the module's globals (``_seen_device``, ``_sims``),
+    ``sys.modules``, its ``_device_possible``, ``_default_protocol``, the buffer callback that
+    refuses a large buffer and what it raises, the size of an indexed message's trailer and
+    ``pickle.HIGHEST_PROTOCOL``."""
+    global _pk, _pyd, _pyl, _pkg, _mods, _k_dumps, _k_loads, _k_proto, _dev_possible, _default_protocol, _no_large, _large, _foot, _highest
+    _k_dumps, _k_loads, _k_proto = [_slot(type(pk), n) for n in ("_dumps", "_loads", "_proto")]
+    _pk, _pyd, _pyl, _pkg, _mods = pk, dumps, loads, module_globals, modules
+    _dev_possible, _default_protocol, _no_large, _large, _foot, _highest = device_possible, default_protocol, \
+        no_large, large, foot, highest
+
+
+cdef object _dumps(object obj):
+    """``gpumpi._pickle.dumps_small``: the message of ``obj`` as one ``bytes`` by one C call, or
+    None (a custom pickle, a device array possible, a large buffer inside)."""
+    if _pk is None or _get(_pk, _k_dumps) is not _pyd or _get(_pk, _k_loads) is not _pyl or \
+            _pkg["_seen_device"] is not False:
+        return None
+    s = _pkg["_sims"]  # (None: the simulated device's module not looked at yet; it may not be loaded)
+    if (s or "cupy" in _mods or "numba.cuda" in _mods or s is None and "gpumpi._device.sim" in _mods) and \
+            _dev_possible():
+        return None
+    p = _get(_pk, _k_proto)
+    if p is None:
+        p = _default_protocol()
+    elif p < 0:
+        p = _highest
+    if p < 5:
+        return _pyd(obj, p)
+    try:
+        return _pyd(obj, p, buffer_callback=_no_large)
+    except _large:
+        return None
+
+
+cdef inline bint _plain_stream(const char *p, Py_ssize_t n) except -1:
+    """``gpumpi._pickle.loads_reused``' test: message ``p[:n]`` is a plain stream for the
+    standard pickle (unpickled where it lies, nothing of it kept)."""
+    return n > 0 and (n < _foot or p[n - 1] != 5) and _pk is not None and _get(_pk, _k_dumps) is _pyd and \
+        _get(_pk, _k_loads) is _pyl
+
+
+cdef object _loads_at(char *p, Py_ssize_t n, object mv, int64_t src, object w, object ctx):
+    """``gpumpi._objects.load_reused(mv[:n], src, "recv", w, ctx)`` of the message at ``p``
+    (``mv``'s memory, which the caller reuses): a plain stream for the standard pickle is
+    unpickled from there (``_pickle.loads_reused``' test), anything else by the Python function."""
+    if _plain_stream(p, n):
+        return _pyl(PyMemoryView_FromMemory(p, n, PyBUF_READ))
+    return _load_reused(mv[:n], src, "recv", w, ctx)
+
+
+def dumps_small(obj):
+    """The compiled twin of ``gpumpi._pickle.dumps_small`` (what :func:`send` pickles with)."""
+    return _dumps(obj)
+
+
+def loads_plain(const unsigned char[::1] b not None):
+    """What :func:`recv` makes of message ``b`` where it unpickles itself, or None where it hands
+    the message to ``gpumpi._objects.load_reused``."""
+    cdef Py_ssize_t n = b.shape[0]
+    if _plain_stream(<const char*>&b[0] if n else NULL, n):
+        return (_pyl(PyMemoryView_FromMemory(<char*>&b[0], n, PyBUF_READ)),)
+    return None
+
 
 
 def send(self, obj, dest, tag=0):
@@ -566,7 +643,7 @@ def send(self, obj, dest, tag=0):
     rgo = eng.crings
     if rgo is None or not (0 <= dest < len(w) and 0 <= tag <= _tag_ub and ctx >= 0 and ctx not in _freed):
         return _py_send(self, obj, dest, tag)
-    b = _dumps_small(obj)
+    b = _dumps(obj)
     if b is None:  # (a device array possible, a custom pickle, a large buffer inside: pickled there)
         return _py_send(self, obj, dest, tag)
     rg = <Rings>rgo
@@ -635,6 +712,6 @@ def recv(self, buf=None, source=-2, tag=-1, status=None):
     if status is not None:
         status._fill(out[0], out[1], out[2])
     try:
-        return _load_reused(mv[:out[2]], out[0], "recv", w, ctx)
+        return _loads_at(<char*><void*>addr, out[2], mv, out[0], w, ctx)
     except _mpiexc as e:
         return self._raise(e)

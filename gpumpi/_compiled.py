@@ -28,7 +28,7 @@ import sys
 __all__ = ["ABI", "USES", "active", "apply", "dressed", "module", "python_twin", "register", "rings"]
 
 #: the interface version of ``_gpumpi_fast`` this gpumpi expects
-ABI = 3
+ABI = 4
 #: compiled function -> (defining module, modules that import it by name)
 USES = {"host_fast": ("gpumpi._buffers", ("gpumpi._fastpath.api",))}
 

@@ -77,7 +77,7 @@ import pickle
 import struct
 import sys
 
-from . import _backends
+from . import _backends, _compiled
 from . import _config as _cfg
 from ._membuffer import buffer
 from .constants import TAG_UB_VALUE
@@ -127,6 +127,8 @@ class Pickle:
             highest, for ``pickle.dumps``; None: not passed, for other functions).
         threshold: buffers at least this large go out of band in :meth:`dumps_oob`
             (default ``MPI4PY_PICKLE_THRESHOLD`` or 256 KiB)."""
+
+    __slots__ = ("_dumps", "_loads", "_proto", "_thres")  # (the compiled layer reads the first three)
 
     def __init__(self, dumps=None, loads=None, protocol: int | None = None, threshold: int | None = None) -> None:
         if dumps is None:
@@ -600,3 +602,14 @@ def _dump(obj, proto: int, dev: bool, parts) -> _Sink:
             p.parts = None
         pool.append(p)
     return sink
+
+
+def _install(m) -> None:
+    """Bind the compiled object calls' pickle (``_gpumpi_fast.dumps_small``, the twin of
+    :func:`dumps_small`, and its test of :func:`loads_reused`) to this module's state."""
+    if m is not None:
+        m.bind_pickle(PICKLE, _PY_DUMPS, _PY_LOADS, globals(), sys.modules, _device_possible, _default_protocol,
+                      _no_large, _Large, _FOOT.size, pickle.HIGHEST_PROTOCOL)
+
+
+_compiled.register(_install)

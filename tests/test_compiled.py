@@ -6,6 +6,7 @@ skip, unless ``GPUMPI_EXPECT_COMPILED=1`` (CI) says it must have been built.
 """
 
 import os
+import pickle
 import sys
 import types
 
@@ -225,3 +226,55 @@ def test_compiled_methods_are_their_python_twins():
     _compiled_module()
     assert run_ranks(_methods_leave_what_the_python_ones_leave, 2, timeout=90,
                      env={"GPUMPI_FASTPATH": "on", "GPUMPI_COMPILED": "1"}) == ["same"] * 2
+
+
+def test_the_object_pickle_is_its_python_twin(monkeypatch):
+    """The compiled send's pickle is ``_pickle.dumps_small``'s (the same bytes, or None in the
+    same cases) and the compiled recv unpickles in place exactly the messages
+    ``_pickle.loads_reused`` does, whatever MPI.pickle and the process hold."""
+    from gpumpi import MPI, _pickle
+
+    m = _compiled_module()
+    assert _compiled.apply(True)
+    pk = MPI.pickle
+    saved = (pk._dumps, pk._loads, pk._proto)
+    small = {"seq": 3, "data": b"x" * 8, "a": np.arange(4.0)}
+    large = {"a": np.zeros(_pickle.THRESHOLD // 8 + 1)}
+
+    def both(obj):
+        want = _pickle.dumps_small(obj)
+        assert m.dumps_small(obj) == want
+        return want
+
+    monkeypatch.setattr(_pickle, "_seen_device", False)  # a process where no device array can exist
+    monkeypatch.setattr(_pickle, "_sims", set())
+    for name in ("cupy", "numba.cuda"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    try:
+        b = both(small)
+        assert b == pickle.dumps(small, pk.PROTOCOL)
+        assert m.loads_plain(b)[0]["seq"] == 3 and np.array_equal(m.loads_plain(b)[0]["a"], small["a"])
+        assert both(large) is None  # a large buffer: the indexed message, by the Python pickler
+        bufs, total, parts = _pickle.dumps_parts(large)
+        msg = b"".join(bytes(x) for x in bufs)
+        assert parts is None and len(msg) == total and msg.endswith(_pickle.MAGIC)
+        assert m.loads_plain(msg) is None and m.loads_plain(b"") is None  # (load_reused's, as loads_reused copies)
+        for proto in (2, 4, -1):
+            pk.PROTOCOL = proto
+            assert both(small) == pickle.dumps(small, pickle.HIGHEST_PROTOCOL if proto < 0 else proto)
+            assert both(large) is None if proto >= 5 or proto < 0 else both(large) is not None
+        pk.PROTOCOL = None
+        pk.__init__(lambda o, *a, **k: pickle.dumps(o, *a, **k), pickle.loads)  # a custom pickle: MPI.pickle's calls
+        assert both(small) is None and m.loads_plain(b) is None
+        pk.__init__()
+        assert both(small) == b
+        monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))  # a device array can exist now
+        assert both(small) is None and _pickle._seen_device
+        monkeypatch.delitem(sys.modules, "cupy")
+        assert both(small) is None  # (once seen, always: an array made then may still be about)
+        monkeypatch.setattr(_pickle, "_seen_device", False)
+        assert both(small) == b
+        monkeypatch.setattr(_pickle, "_sims", {object()})  # a simulated device made
+        assert both(small) is None and _pickle._seen_device
+    finally:
+        pk._dumps, pk._loads, pk._proto = saved

@@ -82,7 +82,7 @@ def compiled_methods(cls, names) -> None:
                 setattr(cls, name, fn)
             return
         m.bind_p2p(_rt, FREED, _threads, Xfer, _RECV, P.DONE, Request, _SENT_NOW, TAG_UB_VALUE, Status, MPIException,
-                   dumps_small, object_send_pickled, load_reused)
+                   object_send_pickled, load_reused)
         m.bind_python(py)
         for name, fn in py.items():
             setattr(cls, name, _compiled.dressed(getattr(m, name), fn))
