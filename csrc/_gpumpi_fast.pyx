@@ -24,7 +24,13 @@ serves (one fast path, never two running side by side).
   the MPI library), one thread, nothing queued ahead; a list of requests all complete, no
   statuses -- and hand every other call, unchanged, to the Python method they replace
   (:func:`bind_python`), which decides and does everything as before.  :func:`drain`
-  replaces the engine's ``CompiledPath._drain`` (the lazy receives' completion).  The guards
+  replaces the engine's ``CompiledPath._drain`` (the lazy receives' completion).
+* :func:`Barrier`, :func:`Bcast` and :func:`Allreduce` replace ``gpumpi.comm.collectives``'
+  methods where the call is of the kinds of the last one that ran as one compiled program
+  (``gpumpi.collectives._lean``'s ``_Last`` records: the communicator, root or operation, the
+  buffers' dtype or datatype and size), and run that plan's program by the C entry point of
+  ``fastring.rounds`` (``_lean._run_last``, ``_start`` inline); the rest of a program that
+  stops is ``_lean.resume``'s, any other call the Python method's.  The guards
   are the Python ones' (the same tests in the same order, ``gpumpi._fastpath.api`` and
   ``gpumpi._fastpath.engine``); the rings are written and read by the C entry points of
   ``gpumpi.ipc.fastring``'s and ``gpumpi.ipc.fastmpi``'s Numba code (``numba.cfunc`` builds),
@@ -181,6 +187,9 @@ cdef object _clone(object proto, Py_ssize_t *offs, Py_ssize_t n):
 ctypedef int64_t (*send_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*recv_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                             int64_t, int64_t) noexcept nogil
+ctypedef int64_t (*rounds_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                               int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                               int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*mrecv_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                              int64_t, int64_t, int64_t, int64_t) noexcept nogil
 
@@ -196,23 +205,29 @@ cdef class Rings:
     objects that stay the same objects for its life (read here without an attribute lookup:
     the transport and its backlog list, the lists of pushes, direct transfers, collective
     rounds ready and lazy receives, the failed ranks, the matcher's queues by context, the
-    ranks of other nodes and their frames, and the spin budgets)."""
+    ranks of other nodes and their frames, and the spin budgets); and the C entry point of a
+    small collective's program (``fastring.rounds``), used while the engine's ``frounds`` is the
+    function it was made with."""
     cdef send_fn send
     cdef recv_fn recv
     cdef send_fn msend  # gpumpi.ipc.fastmpi's (NULL: no compiled path to other nodes)
     cdef mrecv_fn mrecv
+    cdef rounds_fn rounds  # a collective's compiled program (gpumpi.collectives._lean)
     cdef int64_t *ctl
     cdef Py_ssize_t nctl
     cdef readonly int64_t size, taba, outa, eager, spin_first, spin_next, saddr, scap, mtab_a, far_eager, mchunk
     cdef readonly bint typecheck
     cdef readonly object engine, tr, backlog, pushing, direct, ready, lazy, failed, ctxq, far, farframes, smv, keep
-    cdef readonly object mslots, FAR
+    cdef readonly object mslots, FAR, fring, frounds
 
-    def __cinit__(self, engine, uint64_t send_addr, uint64_t recv_addr, uint64_t far_send=0, uint64_t far_recv=0):
+    def __cinit__(self, engine, uint64_t send_addr, uint64_t recv_addr, uint64_t rounds_addr, uint64_t far_send=0,
+                  uint64_t far_recv=0):
         cdef Py_ssize_t i
-        ring_ctl = engine.fring
+        ring_ctl = self.fring = engine.fring
+        self.frounds = engine.frounds  # (the rounds entry is this function's twin: replaced, the engine's is used)
         self.send = <send_fn><void*>send_addr
         self.recv = <recv_fn><void*>recv_addr
+        self.rounds = <rounds_fn><void*>rounds_addr
         self.nctl = len(ring_ctl)
         self.ctl = <int64_t*>malloc(max(self.nctl, 1) * sizeof(int64_t))
         if self.ctl == NULL:
@@ -715,3 +730,158 @@ def recv(self, buf=None, source=-2, tag=-1, status=None):
         return _loads_at(<char*><void*>addr, out[2], mv, out[0], w, ctx)
     except _mpiexc as e:
         return self._raise(e)
+
+
+# --- small collectives (gpumpi.collectives._lean: the last plan's compiled program) --------------
+
+cdef dict _lean = None           # gpumpi.collectives._lean's globals (ENABLED, FAR)
+cdef object _last_bar = None, _last_bc = None, _last_ar = None  # its _Last records
+cdef object _cmap = None, _resume = None, _in_place = None, _sum = None
+cdef object _py_barrier = None, _py_bcast = None, _py_allreduce = None
+cdef int64_t _np_c = 0, _np_cw = 0  # NumPy's C-contiguous flag; and with the writeable one
+cdef Py_ssize_t _l_comm, _l_op, _l_root, _l_rkey, _l_skey, _l_n, _l_p, _l_ws       # _Last's slots
+cdef Py_ssize_t _p_prog, _p_proga, _p_nsteps, _p_sig, _p_rtype, _p_rop, _p_cw, _p_cring, _p_cma  # _Plan's
+cdef Py_ssize_t _s_cba  # _Set's
+_OP_DEFAULT = object()  # Allreduce's op left out (SUM)
+
+
+def bind_lean(dict module_globals, lasts, classes, cmap, resume, int64_t np_c, int64_t np_w, in_place, op_sum, rt,
+              freed, threads, mpiexc, dict methods):
+    """Bind :func:`Barrier`, :func:`Bcast` and :func:`Allreduce` to gpumpi.collectives._lean:
+    its globals (``ENABLED``, ``FAR``), its ``_Last`` records of Barrier, Bcast and Allreduce,
+    its classes ``(_Last, _Plan, _Set)`` (their slots), ``_cmap`` and ``resume`` (the rest of a
+    program that stopped), NumPy's C-contiguous and writeable flags, ``IN_PLACE``, ``SUM``, the
+    runtime module, freed contexts, thread count, ``MPI.Exception`` and the Python methods."""
+    global _lean, _last_bar, _last_bc, _last_ar, _cmap, _resume, _np_c, _np_cw, _in_place, _sum, _rt, _freed
+    global _threads, _mpiexc, _py_barrier, _py_bcast, _py_allreduce
+    global _l_comm, _l_op, _l_root, _l_rkey, _l_skey, _l_n, _l_p, _l_ws
+    global _p_prog, _p_proga, _p_nsteps, _p_sig, _p_rtype, _p_rop, _p_cw, _p_cring, _p_cma, _s_cba
+    last, plan, wset = classes
+    _l_comm, _l_op, _l_root, _l_rkey, _l_skey, _l_n, _l_p, _l_ws = [
+        _slot(last, n) for n in ("comm", "op", "root", "rkey", "skey", "n", "p", "ws")]
+    _p_prog, _p_proga, _p_nsteps, _p_sig, _p_rtype, _p_rop, _p_cw, _p_cring, _p_cma = [
+        _slot(plan, n) for n in ("prog", "proga", "nsteps", "sig", "rtype", "rop", "cw", "cring", "cma")]
+    _s_cba = _slot(wset, "cba")
+    _lean, (_last_bar, _last_bc, _last_ar), _cmap, _resume = module_globals, lasts, cmap, resume
+    _np_c, _np_cw, _in_place, _sum = np_c, np_c | np_w, in_place, op_sum
+    _rt, _freed, _threads, _mpiexc = rt, freed, threads, mpiexc
+    _py_barrier = methods.get("Barrier", _py_barrier)
+    _py_bcast = methods.get("Bcast", _py_bcast)
+    _py_allreduce = methods.get("Allreduce", _py_allreduce)
+
+
+cdef inline bint _lean_on(object comm):
+    """``_lean.ENABLED``, no rank on another node (``FAR``: the Python path asks the nodes) and
+    an intracommunicator."""
+    return _lean["ENABLED"] is True and _lean["FAR"] is False and not comm._inter
+
+
+cdef object _same(object spec, object key, object n):
+    """``_lean._same``: the array of ``spec`` if it is of kind ``key`` and ``n`` bytes, else None."""
+    t = type(spec)
+    if t is _ndarray:
+        a = spec
+        if a.dtype is not key:
+            return None
+    elif t is list and len(<list>spec) == 2 and (<list>spec)[1] is key:
+        a = (<list>spec)[0]
+        if type(a) is not _ndarray:
+            return None
+    else:
+        return None
+    return a if a.nbytes == n else None
+
+
+cdef bint _run_last(object m, object comm, str call, object ra, int64_t rwant, object sa) except -1:
+    """``_lean._run_last`` with ``_lean._start`` inline, the program run by the C entry point:
+    False where it cannot run now (nothing done)."""
+    cdef Rings rg
+    cdef int64_t i, c1, tag, cma
+    ws = _get(m, _l_ws)
+    if ws is None:
+        return False
+    p = _get(m, _l_p)
+    ctx = comm._ctx
+    if ctx < 0 or ctx in _freed:
+        comm._check(call)  # (raises)
+    eng = _rt.ENGINE
+    rgo = eng.crings
+    if rgo is None or _get(p, _p_prog) is None or _threads():
+        return False
+    rg = <Rings>rgo
+    if rg.rounds == NULL or eng.frounds is not rg.frounds or rg.frounds is None:
+        return False
+    c1 = ctx + 1
+    if rg.queued(c1) or rg.tr.nbacklog or len(<list>rg.pushing) or len(<list>rg.ready) or len(<set>rg.failed):
+        return False
+    w = comm._w
+    if _get(p, _p_cw) is not w or _get(p, _p_cring) is not rg.fring:
+        _cmap(p, w, eng)
+    cma = _get(p, _p_cma)
+    if not cma:
+        return False
+    tag = comm._ctag()
+    i = rg.rounds(rg.taba, cma, comm._size, _get(p, _p_proga), _get(p, _p_nsteps), 0, _get(ws, _s_cba),
+                  0 if ra is None else <int64_t><void*>ra, rwant, 0 if sa is None else <int64_t><void*>sa, _np_c,
+                  comm._rank, c1, tag, _get(p, _p_sig), _get(p, _p_rtype), _get(p, _p_rop), rg.spin_first, eng.epoch,
+                  rg.outa)
+    if i == -2:
+        comm._ctag_back()
+        return False
+    if i >= 0:
+        _resume(m, p, comm, call, ws, ra, sa, tag, i)
+    return True
+
+
+def Barrier(self):
+    """Barrier synchronization (MPI_Barrier)."""
+    if _lean_on(self) and self is _get(_last_bar, _l_comm):
+        try:
+            if _run_last(_last_bar, self, "Barrier", None, 0, None):
+                return None
+        except _mpiexc as e:
+            self._raise(e)
+            return None
+    return _py_barrier(self)
+
+
+def Bcast(self, buf, root=0, *, stream=None):
+    """Broadcast data from one process to all others (MPI_Bcast)."""
+    m = _last_bc
+    if stream is None and type(root) is int and _lean_on(self) and self is _get(m, _l_comm) and \
+            root == _get(m, _l_root):
+        a = _same(buf, _get(m, _l_rkey), _get(m, _l_n))
+        if a is not None:
+            try:
+                if _run_last(m, self, "Bcast", a, _np_c if self._rank == root else _np_cw, None):
+                    return None
+            except _mpiexc as e:
+                self._raise(e)
+                return None
+    return _py_bcast(self, buf, root, stream=stream)
+
+
+def Allreduce(self, sendbuf, recvbuf, op=_OP_DEFAULT, *, stream=None):
+    """Reduce to all processes (MPI_Allreduce)."""
+    if op is _OP_DEFAULT:
+        op = _sum
+    m = _last_ar
+    if stream is None and _lean_on(self) and self is _get(m, _l_comm) and op is _get(m, _l_op):
+        n = _get(m, _l_n)
+        ra = _same(recvbuf, _get(m, _l_rkey), n)
+        if ra is not None:
+            skey = _get(m, _l_skey)
+            if skey is None:
+                sa = None
+                ok = sendbuf is _in_place or sendbuf is None
+            else:
+                sa = _same(sendbuf, skey, n)
+                ok = sa is not None
+            if ok:
+                try:
+                    if _run_last(m, self, "Allreduce", ra, _np_cw, sa):
+                        return None
+                except _mpiexc as e:
+                    self._raise(e)
+                    return None
+    return _py_allreduce(self, sendbuf, recvbuf, op, stream=stream)

@@ -58,14 +58,14 @@ def dressed(call, python):
     return call
 
 
-def rings(engine, send_addr: int, recv_addr: int, far_send: int = 0, far_recv: int = 0):
+def rings(engine, send_addr: int, recv_addr: int, rounds_addr: int, far_send: int = 0, far_recv: int = 0):
     """The compiled methods' view of ``engine``'s rings and state (``_gpumpi_fast.Rings``:
-    the C entry points of ``gpumpi.ipc.fastring`` at ``send_addr``/``recv_addr``, and of
+    the C entry points of ``gpumpi.ipc.fastring`` at ``send_addr``/``recv_addr``/``rounds_addr``, and of
     ``gpumpi.ipc.fastmpi`` at ``far_send``/``far_recv``, 0 where there is none), where the
     compiled module is built (whether or not it is in use now: :func:`apply` may switch it on
     later); None where it is not."""
     m = module()
-    return None if m is None else m.Rings(engine, send_addr, recv_addr, far_send, far_recv)
+    return None if m is None else m.Rings(engine, send_addr, recv_addr, rounds_addr, far_send, far_recv)
 
 
 def module():

@@ -84,22 +84,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _compiled
 from .. import _runtime as _rt
 from .._arrays import (DATATYPE_BY_DTYPE_ID, NP_C_CONTIGUOUS, NP_WRITEABLE, PEEK_DATA, PEEK_FLAGS, PEEK_OK,
                        lookup_dtype, ndarray_addr_flags)
 from .._p2p import signature as _sig
-from .._xfer import SENT, threads as _threads
+from .._xfer import FREED, SENT, threads as _threads
 from .._protocol import DEFAULT_EAGER, receive_error
 from ..constants import COMBINER_NAMED, IN_PLACE
 from ..datatypes._core import Datatype
 from ..errors import ERR_COUNT, ERR_OTHER, ERR_TRUNCATE, ERR_TYPE, error
 from ..errors import Exception as MPIException
 from ..ipc import fastring as _F
-from ..op import OP_NULL_HANDLE, Op
+from ..op import OP_NULL_HANDLE, SUM, Op
 from . import _calls
 from .schedule import COPY, RBUF, RECV, RED, SBUF, SEND, TMP
 
-__all__ = ["ENABLED", "MAX_BYTES", "allgather", "allreduce", "alltoall", "barrier", "bcast", "reduce"]
+__all__ = ["ENABLED", "MAX_BYTES", "allgather", "allreduce", "alltoall", "barrier", "bcast", "compiled_methods", "reduce",
+           "resume"]
 
 #: False: every call takes the executor (tests mix the two paths across ranks with it)
 ENABLED = True
@@ -595,6 +597,9 @@ def barrier(comm) -> bool:
     """MPI_Barrier on intracommunicator ``comm``; False: not taken (a communicator over several nodes)."""
     if FAR and _calls._nodes_of(comm) is not None:
         return False
+    m = _LAST_BARRIER
+    if comm is m.comm and _run_last(m, comm, "Barrier", None, 0, None):
+        return True
     comm._check("Barrier")
     rank, size = comm._rank, comm._size
     key = ("barrier", rank, size)
@@ -603,7 +608,8 @@ def barrier(comm) -> bool:
         p = _keep(key, _Plan(_calls._schedule("barrier", rank, size, unit=1, memory="host"), 1, 0, 0))
     ws = p.free.pop() if p.free else p.take()
     ws.mv[RBUF] = _EMPTY
-    _go(p, comm, "Barrier", ws)
+    if _go(p, comm, "Barrier", ws):  # compiled: the next Barrier on comm goes straight to the program
+        m.keep(comm, p, 0, None)
     return True
 
 
@@ -662,6 +668,7 @@ class _Last:
 
 
 _LAST = _Last()  # Allreduce's
+_LAST_BARRIER = _Last()
 _LAST_BCAST = _Last()
 _LAST_REDUCE = _Last()
 _CW = NP_C_CONTIGUOUS | NP_WRITEABLE
@@ -719,16 +726,47 @@ def _run_last(m: _Last, comm, call: str, ra, rwant: int, sa) -> bool:
     if r is None:  # (a flag missing among the reasons: the general route raises what it must)
         return False
     tag, i = r
-    if i >= 0:  # the rest on the general rounds (which a nested call may enter: it finds no set here)
-        m.ws = None
-        k, s0 = p.resume[i]
-        _fill(p, ws, ra, sa)
-        try:
-            _run(p, comm, call, ws, tag, k, s0)
-        finally:
-            if m.ws is None and m.p is p:
-                m.ws = p.take()
+    if i >= 0:
+        resume(m, p, comm, call, ws, ra, sa, tag, i)
     return True
+
+
+def resume(m: _Last, p: _Plan, comm, call: str, ws: _Set, ra, sa, tag: int, i: int) -> None:
+    """The rest of the program of ``m`` (plan ``p``, on ``ws``, arrays ``ra`` and ``sa``, tag
+    ``tag``) from step ``i``, the first it did not do, on the general rounds (which a nested call
+    may enter: it finds no set of ``m``'s)."""
+    m.ws = None
+    k, s0 = p.resume[i]
+    _fill(p, ws, ra, sa)
+    if ra is None:
+        ws.mv[RBUF] = _EMPTY  # (Barrier's zero-byte messages)
+    try:
+        _run(p, comm, call, ws, tag, k, s0)
+    finally:
+        if m.ws is None and m.p is p:
+            m.ws = p.take()
+
+
+def compiled_methods(cls, names) -> None:
+    """Have :mod:`gpumpi._compiled` put the compiled methods ``names`` (of ``Barrier``, ``Bcast``,
+    ``Allreduce``: ``_gpumpi_fast``'s) on ``cls`` or back the Python ones, as it chooses.  The
+    compiled ones run the program of the last call of their kind that ran as one (its
+    :class:`_Last`) when the arguments are of the same kinds, by the C entry point of
+    ``fastring.rounds``, as :func:`_run_last` does, and hand every other call to the Python
+    ones."""
+    py = {name: cls.__dict__[name] for name in names}
+
+    def install(m) -> None:
+        if m is None:
+            for name, fn in py.items():
+                setattr(cls, name, fn)
+            return
+        m.bind_lean(globals(), (_LAST_BARRIER, _LAST_BCAST, _LAST), (_Last, _Plan, _Set), _cmap, resume,
+                    NP_C_CONTIGUOUS, NP_WRITEABLE, IN_PLACE, SUM, _rt, FREED, _threads, MPIException, py)
+        for name, fn in py.items():
+            setattr(cls, name, _compiled.dressed(getattr(m, name), fn))
+
+    _compiled.register(install)
 
 
 def _reduction_buffers(sendbuf, recvbuf):

@@ -356,3 +356,5 @@ class Collectives:
         """Reduce Python objects to all with ``op`` (an Op or a callable), in rank order (MPI_Allreduce)."""
         return self._ocoll(_lower.allreduce, "allreduce", sendobj, op)
 
+
+_lean.compiled_methods(Collectives, ("Barrier", "Bcast", "Allreduce"))

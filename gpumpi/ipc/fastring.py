@@ -115,8 +115,9 @@ def kernels():
 
 
 def c_entries():
-    """``(send, recv)``: addresses of C entry points of :func:`send` (the same arguments) and
-    :func:`recv` (``tab`` and ``out`` given as their data addresses), for the compiled layer
+    """``(send, recv, rounds)``: addresses of C entry points of :func:`send` (the same
+    arguments), :func:`recv` (``tab`` and ``out`` given as their data addresses) and
+    :func:`rounds` (the same arguments: addresses all), for the compiled layer
     (:mod:`gpumpi._compiled`), which calls them as C functions: no Python object crosses the
     call.  Numba ``cfunc`` builds of the same code, compiled on first use (or loaded from the
     disk cache)."""
@@ -126,7 +127,8 @@ def c_entries():
         with _LOCK:
             if _C is None:
                 _C = (_cfunc(_j_send, "int64(" + ", ".join(["int64"] * 8) + ")").address,
-                      _cfunc(_j_recva, "int64(" + ", ".join(["int64"] * 11) + ")").address)
+                      _cfunc(_j_recva, "int64(" + ", ".join(["int64"] * 11) + ")").address,
+                      _cfunc(_j_rounds, "int64(" + ", ".join(["int64"] * 20) + ")").address)
     return _C
 
 

@@ -450,14 +450,21 @@ def _repeated():
     n, r = c.size, c.rank
     d = c.Dup()
     rev = c.Split(0, n - 1 - r)  # the ranks the other way round: another world map
-    went = {"go": 0, "calls": 0}
-    go = _lean._go
+    went = {"go": 0, "calls": 0, "python": 0}
+    go, run_last = _lean._go, _lean._run_last
 
     def counting_go(*a):
         went["go"] += 1
         return go(*a)
 
-    _lean._go = counting_go
+    def counting_run_last(m, comm, call, *a):  # the Python twin of the compiled methods' path
+        went["python"] += call != "Reduce"  # (a Reduce is Python's)
+        return run_last(m, comm, call, *a)
+
+    _lean._go, _lean._run_last = counting_go, counting_run_last
+    for _ in range(100):  # Barrier's last plan likewise
+        went["calls"] += 1
+        c.Barrier()
 
     def check(comm, s, rb, want, op=MPI.SUM):
         went["calls"] += 1
@@ -534,15 +541,22 @@ def _repeated():
         assert not got.any(), got
     d.Free()
     rev.Free()
-    _lean._go = go
+    _lean._go, _lean._run_last = go, run_last
     return went, errors
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])  # the compiled layer's Barrier/Bcast/Allreduce, or the Python twins
 @pytest.mark.parametrize("n", [1, 2, 3])
-def test_repeated_calls_take_the_remembered_path_and_stay_right(n):
+def test_repeated_calls_take_the_remembered_path_and_stay_right(n, compiled):
     one_node_only(n, "the compiled collectives (the node's rings)")
-    out = run_ranks(_repeated, n, env={"GPUMPI_FASTPATH": "on"})
+    from gpumpi import _compiled
+
+    out = run_ranks(_repeated, n, env={"GPUMPI_FASTPATH": "on", "GPUMPI_COMPILED": compiled})
     for went, errors in out:
         assert errors[0] is not None and errors[0] == errors[1], errors
         if n > 1:  # most calls skipped the parsing and _go altogether
             assert went["go"] < went["calls"] // 2, went
+            if compiled == "1" and _compiled.module() is not None:  # and were the compiled methods' alone
+                assert went["python"] < went["calls"] // 10, went
+            else:
+                assert went["python"] > went["calls"] // 2, went
