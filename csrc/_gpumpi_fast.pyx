@@ -25,8 +25,9 @@ serves (one fast path, never two running side by side).
   statuses -- and hand every other call, unchanged, to the Python method they replace
   (:func:`bind_python`), which decides and does everything as before.  :func:`drain`
   replaces the engine's ``CompiledPath._drain`` (the lazy receives' completion).
-* :func:`Barrier`, :func:`Bcast` and :func:`Allreduce` replace ``gpumpi.comm.collectives``'
-  methods where the call is of the kinds of the last one that ran as one compiled program
+* :func:`Barrier`, :func:`Bcast`, :func:`Allreduce` and :func:`Reduce` replace
+  ``gpumpi.comm.collectives``' methods where the call is of the kinds of the last one that
+  ran as one compiled program
   (``gpumpi.collectives._lean``'s ``_Last`` records: the communicator, root or operation, the
   buffers' dtype or datatype and size), and run that plan's program by the C entry point of
   ``fastring.rounds`` (``_lean._run_last``, ``_start`` inline); the rest of a program that
@@ -735,9 +736,9 @@ def recv(self, buf=None, source=-2, tag=-1, status=None):
 # --- small collectives (gpumpi.collectives._lean: the last plan's compiled program) --------------
 
 cdef dict _lean = None           # gpumpi.collectives._lean's globals (ENABLED, FAR)
-cdef object _last_bar = None, _last_bc = None, _last_ar = None  # its _Last records
+cdef object _last_bar = None, _last_bc = None, _last_ar = None, _last_red = None  # its _Last records
 cdef object _cmap = None, _resume = None, _in_place = None, _sum = None
-cdef object _py_barrier = None, _py_bcast = None, _py_allreduce = None
+cdef object _py_barrier = None, _py_bcast = None, _py_allreduce = None, _py_reduce = None
 cdef int64_t _np_c = 0, _np_cw = 0  # NumPy's C-contiguous flag; and with the writeable one
 cdef Py_ssize_t _l_comm, _l_op, _l_root, _l_rkey, _l_skey, _l_n, _l_p, _l_ws       # _Last's slots
 cdef Py_ssize_t _p_prog, _p_proga, _p_nsteps, _p_sig, _p_rtype, _p_rop, _p_cw, _p_cring, _p_cma  # _Plan's
@@ -747,13 +748,14 @@ _OP_DEFAULT = object()  # Allreduce's op left out (SUM)
 
 def bind_lean(dict module_globals, lasts, classes, cmap, resume, int64_t np_c, int64_t np_w, in_place, op_sum, rt,
               freed, threads, mpiexc, dict methods):
-    """Bind :func:`Barrier`, :func:`Bcast` and :func:`Allreduce` to gpumpi.collectives._lean:
-    its globals (``ENABLED``, ``FAR``), its ``_Last`` records of Barrier, Bcast and Allreduce,
+    """Bind :func:`Barrier`, :func:`Bcast`, :func:`Allreduce` and :func:`Reduce` to
+    gpumpi.collectives._lean: its globals (``ENABLED``, ``FAR``), its ``_Last`` records of
+    Barrier, Bcast, Allreduce and Reduce,
     its classes ``(_Last, _Plan, _Set)`` (their slots), ``_cmap`` and ``resume`` (the rest of a
     program that stopped), NumPy's C-contiguous and writeable flags, ``IN_PLACE``, ``SUM``, the
     runtime module, freed contexts, thread count, ``MPI.Exception`` and the Python methods."""
-    global _lean, _last_bar, _last_bc, _last_ar, _cmap, _resume, _np_c, _np_cw, _in_place, _sum, _rt, _freed
-    global _threads, _mpiexc, _py_barrier, _py_bcast, _py_allreduce
+    global _lean, _last_bar, _last_bc, _last_ar, _last_red, _cmap, _resume, _np_c, _np_cw, _in_place, _sum, _rt, _freed
+    global _threads, _mpiexc, _py_barrier, _py_bcast, _py_allreduce, _py_reduce
     global _l_comm, _l_op, _l_root, _l_rkey, _l_skey, _l_n, _l_p, _l_ws
     global _p_prog, _p_proga, _p_nsteps, _p_sig, _p_rtype, _p_rop, _p_cw, _p_cring, _p_cma, _s_cba
     last, plan, wset = classes
@@ -762,12 +764,13 @@ def bind_lean(dict module_globals, lasts, classes, cmap, resume, int64_t np_c, i
     _p_prog, _p_proga, _p_nsteps, _p_sig, _p_rtype, _p_rop, _p_cw, _p_cring, _p_cma = [
         _slot(plan, n) for n in ("prog", "proga", "nsteps", "sig", "rtype", "rop", "cw", "cring", "cma")]
     _s_cba = _slot(wset, "cba")
-    _lean, (_last_bar, _last_bc, _last_ar), _cmap, _resume = module_globals, lasts, cmap, resume
+    _lean, (_last_bar, _last_bc, _last_ar, _last_red), _cmap, _resume = module_globals, lasts, cmap, resume
     _np_c, _np_cw, _in_place, _sum = np_c, np_c | np_w, in_place, op_sum
     _rt, _freed, _threads, _mpiexc = rt, freed, threads, mpiexc
     _py_barrier = methods.get("Barrier", _py_barrier)
     _py_bcast = methods.get("Bcast", _py_bcast)
     _py_allreduce = methods.get("Allreduce", _py_allreduce)
+    _py_reduce = methods.get("Reduce", _py_reduce)
 
 
 cdef inline bint _lean_on(object comm):
@@ -885,3 +888,32 @@ def Allreduce(self, sendbuf, recvbuf, op=_OP_DEFAULT, *, stream=None):
                     self._raise(e)
                     return None
     return _py_allreduce(self, sendbuf, recvbuf, op, stream=stream)
+
+
+def Reduce(self, sendbuf, recvbuf, op=_OP_DEFAULT, root=0, *, stream=None):
+    """Reduce to root (MPI_Reduce)."""
+    if op is _OP_DEFAULT:
+        op = _sum
+    m = _last_red
+    if stream is None and type(root) is int and _lean_on(self) and self is _get(m, _l_comm) and \
+            op is _get(m, _l_op) and root == _get(m, _l_root):
+        ra = sa = None
+        ok = True
+        n = _get(m, _l_n)
+        if self._rank == root:  # (the receive buffer counts at the root only)
+            ra = _same(recvbuf, _get(m, _l_rkey), n)
+            ok = ra is not None
+        skey = _get(m, _l_skey)
+        if ok and skey is not None:
+            sa = _same(sendbuf, skey, n)
+            ok = sa is not None
+        elif ok:
+            ok = sendbuf is _in_place or sendbuf is None
+        if ok:
+            try:
+                if _run_last(m, self, "Reduce", ra, _np_cw, sa):
+                    return None
+            except _mpiexc as e:
+                self._raise(e)
+                return None
+    return _py_reduce(self, sendbuf, recvbuf, op, root, stream=stream)

@@ -749,7 +749,7 @@ def resume(m: _Last, p: _Plan, comm, call: str, ws: _Set, ra, sa, tag: int, i: i
 
 def compiled_methods(cls, names) -> None:
     """Have :mod:`gpumpi._compiled` put the compiled methods ``names`` (of ``Barrier``, ``Bcast``,
-    ``Allreduce``: ``_gpumpi_fast``'s) on ``cls`` or back the Python ones, as it chooses.  The
+    ``Allreduce``, ``Reduce``: ``_gpumpi_fast``'s) on ``cls`` or back the Python ones, as it chooses.  The
     compiled ones run the program of the last call of their kind that ran as one (its
     :class:`_Last`) when the arguments are of the same kinds, by the C entry point of
     ``fastring.rounds``, as :func:`_run_last` does, and hand every other call to the Python
@@ -761,7 +761,7 @@ def compiled_methods(cls, names) -> None:
             for name, fn in py.items():
                 setattr(cls, name, fn)
             return
-        m.bind_lean(globals(), (_LAST_BARRIER, _LAST_BCAST, _LAST), (_Last, _Plan, _Set), _cmap, resume,
+        m.bind_lean(globals(), (_LAST_BARRIER, _LAST_BCAST, _LAST, _LAST_REDUCE), (_Last, _Plan, _Set), _cmap, resume,
                     NP_C_CONTIGUOUS, NP_WRITEABLE, IN_PLACE, SUM, _rt, FREED, _threads, MPIException, py)
         for name, fn in py.items():
             setattr(cls, name, _compiled.dressed(getattr(m, name), fn))

@@ -357,4 +357,4 @@ class Collectives:
         return self._ocoll(_lower.allreduce, "allreduce", sendobj, op)
 
 
-_lean.compiled_methods(Collectives, ("Barrier", "Bcast", "Allreduce"))
+_lean.compiled_methods(Collectives, ("Barrier", "Bcast", "Allreduce", "Reduce"))

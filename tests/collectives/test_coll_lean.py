@@ -457,9 +457,9 @@ def _repeated():
         went["go"] += 1
         return go(*a)
 
-    def counting_run_last(m, comm, call, *a):  # the Python twin of the compiled methods' path
-        went["python"] += call != "Reduce"  # (a Reduce is Python's)
-        return run_last(m, comm, call, *a)
+    def counting_run_last(*a):  # the Python twin of the compiled methods' path
+        went["python"] += 1
+        return run_last(*a)
 
     _lean._go, _lean._run_last = counting_go, counting_run_last
     for _ in range(100):  # Barrier's last plan likewise
@@ -540,7 +540,16 @@ def _repeated():
         c.Bcast(got, 0)
         assert not got.any(), got
     d.Free()
+    for _ in range(3):  # the remembered communicator, freed: the executor's error, on either twin
+        rev.Bcast(ro4 if rev.rank == 0 else np.ones(4, np.int32), 0)
+        rev.Barrier()
     rev.Free()
+    for call in (lambda: rev.Bcast(ro4, 0), rev.Barrier):
+        try:
+            call()
+            errors.append(None)
+        except MPI.Exception as e:
+            errors.append((e.Get_error_class() == MPI.ERR_COMM, str(e)))
     _lean._go, _lean._run_last = go, run_last
     return went, errors
 
@@ -554,6 +563,8 @@ def test_repeated_calls_take_the_remembered_path_and_stay_right(n, compiled):
     out = run_ranks(_repeated, n, env={"GPUMPI_FASTPATH": "on", "GPUMPI_COMPILED": compiled})
     for went, errors in out:
         assert errors[0] is not None and errors[0] == errors[1], errors
+        assert errors[-2:] == [(True, "Bcast: invalid communicator (COMM_NULL)"),
+                               (True, "Barrier: invalid communicator (COMM_NULL)")], errors
         if n > 1:  # most calls skipped the parsing and _go altogether
             assert went["go"] < went["calls"] // 2, went
             if compiled == "1" and _compiled.module() is not None:  # and were the compiled methods' alone
