@@ -513,11 +513,12 @@ cdef inline int64_t _i64(object x, Py_ssize_t off) except? -1:
 
 def drain(self):
     """``CompiledPath._drain``: complete the lazy receives whose messages are next, in order; the
-    look of a receive from this node is the ring's C entry and its completion is written here,
-    any other (a receive another node may satisfy) is the engine's own ``_look``."""
+    look is the C entry of the ring's receive (a receive from this node) or of ``fastmpi``'s (one
+    another node may satisfy: the engine's ``_look``), and a completion is written here (a
+    message pushed ahead is the engine's ``_pending``)."""
     cdef Rings rg
     cdef Py_ssize_t i = 0, n
-    cdef int64_t rc, epoch
+    cdef int64_t rc, epoch, slot
     cdef int64_t *out
     cdef list lazy
     rgo = self.crings
@@ -540,8 +541,19 @@ def drain(self):
             if self._post_lazy(x):
                 break  # posted, no message for it yet: those after it follow it into the matcher
             continue
-        if _get(x, _x_result):
-            rc = self._look(x)
+        if _get(x, _x_result):  # a receive another node may satisfy: the engine's _look, by the C entry
+            rc = -1
+            if rg.mrecv != NULL:
+                slot = rg.mslots.next_address()  # 0: no free slot, a message pushed ahead is the engine's
+                rc = rg.mrecv(rg.mtab_a, rg.taba, _i64(x, _x_wpeer), _i64(x, _x_ctx), _i64(x, _x_src),
+                              _i64(x, _x_tag), _i64(x, _x_sig), _i64(x, _x_addr), _i64(x, _x_cap),
+                              -2 if slot else -1, epoch, rg.outa, slot)
+                if rc == _GOT:
+                    _got(x, out)
+                    i += 1
+                    continue
+            if rc < 0:  # (no compiled path, or nothing done: the engine looks again and reports the failure)
+                rc = self._look(x)
         else:
             rc = rg.recv(rg.taba, _i64(x, _x_wpeer), _i64(x, _x_ctx), _i64(x, _x_src), _i64(x, _x_tag),
                          _i64(x, _x_sig), _i64(x, _x_addr), _i64(x, _x_cap), 1, epoch, rg.outa)
