@@ -216,7 +216,7 @@ cdef class Rings:
     cdef rounds_fn rounds  # a collective's compiled program (gpumpi.collectives._lean)
     cdef int64_t *ctl
     cdef Py_ssize_t nctl
-    cdef readonly int64_t size, taba, outa, eager, spin_first, spin_next, saddr, scap, mtab_a, far_eager, mchunk
+    cdef readonly int64_t size, taba, outa, eager, spin_first, spin_next, saddr, scap, mtab_a, far_eager, mchunk, mdreq
     cdef readonly bint typecheck
     cdef readonly object engine, tr, backlog, pushing, direct, ready, lazy, failed, ctxq, far, farframes, smv, keep
     cdef readonly object mslots, FAR, fring, frounds
@@ -251,7 +251,8 @@ cdef class Rings:
             from gpumpi.ipc.base import FAR
             self.msend = <send_fn><void*>far_send
             self.mrecv = <mrecv_fn><void*>far_recv
-            self.mtab_a, self.far_eager, self.mchunk = engine.mtab_a, engine.far_eager, engine.mchunk
+            self.mtab_a, self.far_eager, self.mchunk, self.mdreq = engine.mtab_a, engine.far_eager, engine.mchunk, \
+                engine.mdreq_a
             self.mslots, self.FAR = engine.mslots, FAR
 
     def __dealloc__(self):
@@ -280,7 +281,7 @@ cdef object _xrecv = None       # a receive Xfer as Xfer(RECV) leaves it (the te
 cdef object _rproto = None      # a Request as Request._of leaves it, before its fields (the template)
 cdef object _py_isend = None, _py_irecv = None, _py_waitall = None   # the Python methods (functions)
 cdef object _py_send = None, _py_recv = None
-cdef object _status_cls = None, _mpiexc = None, _send_pickled = None, _load_reused = None
+cdef object _status_cls = None, _mpiexc = None, _send_pickled = None, _load_reused = None, _mpi_failed = None
 cdef int64_t _tag_ub = 0
 cdef object _done = None        # the done state of an Xfer
 
@@ -328,19 +329,20 @@ cdef _request_slots(type request_cls):
 
 
 def bind_p2p(rt, freed, threads, xfer_cls, recv_kind, int done_state, request_cls, sent_now, int64_t tag_ub,
-             status_cls, mpiexc, send_pickled, load_reused):
+             status_cls, mpiexc, send_pickled, load_reused, mpi_failed):
     """Bind the compiled point-to-point methods to gpumpi: its runtime module, freed-context set,
     thread count, ``Xfer`` class, receive kind and done state, ``Request`` class, shared
     completed send, largest tag, ``Status`` and ``MPI.Exception`` classes, the rest of an
-    object send once pickled
-    (``_fastpath.api.object_send_pickled``) and the object of a message in reused memory
-    (``_objects.load_reused``)."""
+    object send once pickled (``_fastpath.api.object_send_pickled``), the object of a message
+    in reused memory (``_objects.load_reused``) and the error of a failed MPI call
+    (``_xfer.mpi_failed``)."""
     global _rt, _freed, _threads, _sent_now, _tag_ub, _done
-    global _status_cls, _mpiexc, _send_pickled, _load_reused
+    global _status_cls, _mpiexc, _send_pickled, _load_reused, _mpi_failed
     _xfer_slots(xfer_cls, recv_kind)
     _request_slots(request_cls)
     _rt, _freed, _threads, _sent_now, _tag_ub, _done = rt, freed, threads, sent_now, tag_ub, done_state
-    _status_cls, _mpiexc, _send_pickled, _load_reused = status_cls, mpiexc, send_pickled, load_reused
+    _status_cls, _mpiexc, _send_pickled, _load_reused, _mpi_failed = status_cls, mpiexc, send_pickled, load_reused, \
+        mpi_failed
 
 
 def bind_python(dict methods):
@@ -679,12 +681,16 @@ def send(self, obj, dest, tag=0):
         wpo = w[dest]
         wp = wpo
         n = PyBytes_GET_SIZE(b)
-        if n <= rg.eager and wp < rg.nctl and (<list>rg.backlog)[wp] is None and not len(<set>rg.failed) and \
-                not _threads():
-            ctl = rg.ctl[wp]
-            if ctl != 0 and rg.send(ctl, rg.size, self._rank, ctx, tag, 0, <int64_t><void*>PyBytes_AS_STRING(b),
-                                    n) == 1:
-                return None
+        if wp < rg.nctl and not len(<set>rg.failed) and not _threads():
+            bl = (<list>rg.backlog)[wp]
+            if bl is None:  # a rank of this node, nothing queued for it: into its ring
+                ctl = rg.ctl[wp]
+                if n <= rg.eager and ctl != 0 and \
+                        rg.send(ctl, rg.size, self._rank, ctx, tag, 0, <int64_t><void*>PyBytes_AS_STRING(b), n) == 1:
+                    return None
+            elif bl is rg.FAR and rg.msend != NULL and n <= rg.far_eager:  # another node's: one MPI message
+                if rg.msend(rg.mtab_a, wp, self._rank, ctx, tag, 0, <int64_t><void*>PyBytes_AS_STRING(b), n) == 1:
+                    return None  # (nothing done: the general path's send, which reports a failure of MPI)
         x = _send_pickled(w, self._rank, ctx, dest, tag, b, None, "send")
         if x is not None:
             self._wait(x, None, "send")
@@ -700,6 +706,8 @@ def recv(self, buf=None, source=-2, tag=-1, status=None):
     cdef int64_t *out
     cdef int spins = 0
     cdef recv_fn fn
+    cdef mrecv_fn mfn
+    cdef int64_t mta, dq
     if buf is not None or type(source) is not int or type(tag) is not int or \
             not (status is None or type(status) is _status_cls):
         return _py_recv(self, buf, source, tag, status)
@@ -716,24 +724,44 @@ def recv(self, buf=None, source=-2, tag=-1, status=None):
         return _py_recv(self, buf, source, tag, status)
     wpo = source if source < 0 else w[source]
     far = rg.far
-    if far and (source < 0 or wpo in far):
-        return _py_recv(self, buf, source, tag, status)
     mv, addr, cap = rg.smv, rg.saddr, rg.scap
-    ff = rg.farframes
-    wp, c, src, tg, epoch, taba, outa, fn = wpo, ctx, source, tag, eng.epoch, rg.taba, rg.outa, rg.recv
-    budget = rg.spin_next if ff is not None else rg.spin_first
-    with nogil:
-        rc = fn(taba, wp, c, src, tg, 0, addr, cap, budget, epoch, outa)
-    while rc == _c_empty:  # nothing yet: back off between short spins (oversubscribed cores)
-        if ff is not None and ff.arrived():
-            return _py_recv(self, buf, source, tag, status)  # a frame from another node: in order there
-        spins += 1
-        eng.backoff(spins + 50)
-        if _threads():
+    wp, c, src, tg, epoch, taba, outa = wpo, ctx, source, tag, eng.epoch, rg.taba, rg.outa
+    if far and (source < 0 or wpo in far):  # the engine's _recv_far: fastmpi's receive, which watches the rings too
+        if rg.mrecv == NULL or cap > rg.mchunk:
             return _py_recv(self, buf, source, tag, status)
-        budget = rg.spin_next
+        mfn, mta, dq, budget = rg.mrecv, rg.mtab_a, rg.mdreq, rg.spin_first
+        with nogil:
+            rc = mfn(mta, taba, wp, c, src, tg, 0, addr, cap, budget, epoch, outa, dq)
+        while rc == _c_empty:  # nothing yet: back off between short spins
+            spins += 1
+            eng.backoff(spins + 50)
+            budget = rg.spin_next
+            with nogil:
+                rc = mfn(mta, taba, wp, c, src, tg, 0, addr, cap, budget, epoch, outa, dq)
+        if rc == _c_pending:  # a message pushed ahead, its bytes still coming: progress meanwhile
+            eng._wait_far(eng.farframes.data_request())
+            rc = _GOT
+        elif rc < 0:
+            try:
+                raise _mpi_failed("MPI_Request_get_status, MPI_Test, MPI_Start or MPI_Irecv of a receive")
+            except _mpiexc as e:
+                return self._raise(e)
+    else:
+        ff = rg.farframes
+        fn = rg.recv
+        budget = rg.spin_next if ff is not None else rg.spin_first
         with nogil:
             rc = fn(taba, wp, c, src, tg, 0, addr, cap, budget, epoch, outa)
+        while rc == _c_empty:  # nothing yet: back off between short spins (oversubscribed cores)
+            if ff is not None and ff.arrived():
+                return _py_recv(self, buf, source, tag, status)  # a frame from another node: in order there
+            spins += 1
+            eng.backoff(spins + 50)
+            if _threads():
+                return _py_recv(self, buf, source, tag, status)
+            budget = rg.spin_next
+            with nogil:
+                rc = fn(taba, wp, c, src, tg, 0, addr, cap, budget, epoch, outa)
     if rc != _GOT:
         return _py_recv(self, buf, source, tag, status)  # (nothing consumed)
     out = <int64_t*><void*>outa

@@ -37,7 +37,7 @@ from .._arrays import BYTES_DATA_OFFSET
 from .._buffers import host_fast, message_simple
 from .._objects import isend_pickled, load_reused
 from .._pickle import dumps_parts, dumps_small
-from .._xfer import FREED, RECV as _RECV, SENT, Xfer
+from .._xfer import FREED, RECV as _RECV, SENT, Xfer, mpi_failed
 from .._xfer import threads as _threads
 from ..constants import ANY_SOURCE, ANY_TAG, TAG_UB_VALUE
 from ..datatypes.flatten import sigcode as _sigcode
@@ -82,7 +82,7 @@ def compiled_methods(cls, names) -> None:
                 setattr(cls, name, fn)
             return
         m.bind_p2p(_rt, FREED, _threads, Xfer, _RECV, P.DONE, Request, _SENT_NOW, TAG_UB_VALUE, Status, MPIException,
-                   object_send_pickled, load_reused)
+                   object_send_pickled, load_reused, mpi_failed)
         m.bind_python(py)
         for name, fn in py.items():
             setattr(cls, name, _compiled.dressed(getattr(m, name), fn))

@@ -269,6 +269,27 @@ def _compiled_far_path(eager):
                 assert e.Get_error_class() == MPI.ERR_TYPE
             else:
                 raise AssertionError("no type mismatch error")
+        # objects: the compiled send and recv between nodes (one frame a small object), every size
+        # around the limits (a pickle pushed ahead, one of the general path), specific and wildcard
+        objs = [None, {"k": 1, "v": [1.5]}, b"x" * (eager - 64), b"y" * (eager + 100), list(range(3000)),
+                b"z" * 300_000]
+        for k, o in enumerate(objs * 2):
+            st = MPI.Status()
+            if r == 0:
+                c.send(o, peer, tag=k)
+                got = c.recv(None, peer if k % 2 else MPI.ANY_SOURCE, k, st)
+            else:
+                got = c.recv(None, MPI.ANY_SOURCE if k % 2 else peer, k, st)
+                c.send(got, peer, tag=k)
+            assert got == o and st.Get_source() == peer and st.Get_tag() == k, (k, st.Get_source())
+        sent = eng.tr.far.count[peer]
+        for i in range(30):
+            if r == 0:
+                c.send({"i": i}, peer, 9)
+                assert c.recv(None, peer, 9) == {"i": -i}
+            else:
+                c.send({"i": -c.recv(None, MPI.ANY_SOURCE, 9)["i"]}, peer, 9)
+        assert eng.tr.far.count[peer] == sent + 30
     c.Barrier()
     # wildcard receives on rank 0, from every other rank (its node's and the other's)
     count = 20
@@ -298,6 +319,12 @@ def _compiled_far_path(eager):
 def test_compiled_path_between_nodes(eager, n):
     env = {"GPUMPI_FASTPATH": "on", "GPUMPI_MPI_EAGER": str(eager), "GPUMPI_MPI_CHUNK": "1048576"}
     assert run_mpiexec(_compiled_far_path, n, nodes=2, args=(max(eager, 1),), env=env, timeout=100) == [True] * n
+
+
+def test_python_twins_between_nodes():
+    # the same with the compiled layer's methods off (their Python twins: the Numba calls from Python)
+    env = {"GPUMPI_FASTPATH": "on", "GPUMPI_MPI_EAGER": "4096", "GPUMPI_MPI_CHUNK": "1048576", "GPUMPI_COMPILED": "0"}
+    assert run_mpiexec(_compiled_far_path, 3, nodes=2, args=(4096,), env=env, timeout=100) == [True] * 3
 
 
 def _nonblocking_pushed(eager, chunk):
