@@ -19,14 +19,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "gpumpi"
 LAYERS = {
     0: ["constants", "errors", "_config", "_version", "_handles", "_docs"],
     1: ["_matching", "_protocol", "group", "status", "info", "topology", "datatypes", "datatypes._core",
-        "datatypes.predefined", "collectives", "ga._layout", "keyval", "rma.epochs"],
+        "datatypes.predefined", "collectives", "ga._layout", "keyval", "rma.epochs", "io", "io.view"],
     2: ["_device", "_backends", "_memfd", "_arrays", "_buffers", "_membuffer", "_pickle", "_pool", "datatypes.plan",
-        "datatypes.numpy_dtype", "_compiled"],
+        "datatypes.numpy_dtype", "_compiled", "io.posix"],
     3: ["kernels"],
     4: ["ipc", "_bootstrap"],
     5: ["_progress", "_xfer", "_frames", "_failures", "_runtime", "_services", "_fastpath", "request", "_p2p", "_objects",
         "message", "_partitioned", "_commctx", "_ctxid", "_commattr", "comm", "MPI", "rma", "op", "file", "session",
-        "_nullobj", "collectives._execute", "collectives._calls", "collectives._lower", "collectives._lean"],
+        "collectives._execute", "collectives._calls", "collectives._lower", "collectives._lean"],
     6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util", "_mpi4py", "_shim", "_shim_ga4py"],
 }
 

@@ -54,7 +54,7 @@ from . import flatten
 from ._core import Datatype, install_memory_ops
 from .predefined import EXTERNAL32_SIZE
 
-__all__ = ["Plan", "plan_for", "pack", "pack_into", "unpack", "elements_in", "external32_pack",
+__all__ = ["Plan", "plan_for", "pack", "pack_into", "unpack", "elements_in", "external_plan", "external32_pack",
            "external32_unpack"]
 
 _MAX_PLANS = 16
@@ -567,7 +567,8 @@ class ExternalPlan:
         return out
 
 
-def _external_plan(datatype: Datatype) -> ExternalPlan:
+def external_plan(datatype: Datatype) -> ExternalPlan:
+    """The external32 conversion of one element of ``datatype`` (cached on its record)."""
     c = datatype._rec.cache
     p = c.get("ext32plan")
     if p is None:
@@ -577,12 +578,12 @@ def _external_plan(datatype: Datatype) -> ExternalPlan:
 
 def external32_pack(mem, lo: int, datatype: Datatype, count: int) -> np.ndarray:
     """Pack ``count`` elements from ``mem`` in external32 (big-endian, fixed sizes)."""
-    return _external_plan(datatype).encode(pack(mem, lo, datatype, count), count)
+    return external_plan(datatype).encode(pack(mem, lo, datatype, count), count)
 
 
 def external32_unpack(data, mem, lo: int, datatype: Datatype, count: int) -> None:
     """Unpack ``count`` external32 elements from ``data`` into ``mem``."""
-    ep = _external_plan(datatype)
+    ep = external_plan(datatype)
     raw = np.frombuffer(data, dtype=_U8, count=count * ep.esize)
     unpack(ep.decode(raw, count), mem, lo, datatype, count)
 
@@ -663,7 +664,7 @@ def _pack_external_method(datatype: Datatype, inbuf, outbuf, position: int) -> i
 def _unpack_external_method(datatype: Datatype, inbuf, position: int, outbuf) -> int:
     call = "Datatype.Unpack_external"
     mem, count = _whole(datatype, outbuf, False, "outbuf", call)
-    n = count * _external_plan(datatype).esize
+    n = count * external_plan(datatype).esize
     data = _window(inbuf, True, position, n, "inbuf", call)
     external32_unpack(data, mem, 0, datatype, count)
     return position + n

@@ -3,9 +3,6 @@ accumulate expectation against a step-by-step model, rows, tables and ratios, th
 ``--window`` flavors, ``--ops``, mpi4py's skipped device rows); and real runs: on mpi4py under
 ``mpiexec`` (``mpi``), a library that corrupts puts, accumulates and compare-and-swaps, and gpumpi on
 host and simulated device windows.
-
-The gpumpi runs are marked :data:`needs_gpumpi_win`: they skip while gpumpi's ``Win`` is the
-placeholder of :mod:`gpumpi._nullobj` and run by themselves once windows land.
 """
 
 from __future__ import annotations
@@ -20,10 +17,6 @@ from benchtools import MPIEXEC, needs_launcher, needs_mpiexec, run, run_bench
 from gpumpi import bench, cli
 from gpumpi.bench import rma
 from gpumpi.testing import run_ranks
-from gpumpi.rma import Win
-
-#: Marks a run of gpumpi's own windows: skipped while ``Win.Allocate`` is the not-supported placeholder.
-needs_gpumpi_win = pytest.mark.skipif(Win.Allocate.__module__ == "gpumpi._nullobj", reason="gpumpi has no Win yet")
 
 META = {"suite": "rma", "impl": "gpumpi", "library": "gpumpi 0.1.0", "nranks": 2, "buffer": "numpy",
         "window": "allocate"}  # fmt: skip
@@ -405,7 +398,6 @@ def _gpumpi_run(buffer, window, tests, sizes):
     return rma.run_rma(MPI, sizes, tests=tests, window=window, iters=5, skip=1, buffer=buffer)
 
 
-@needs_gpumpi_win
 @pytest.mark.parametrize("buffer", ["numpy", "sim"])
 @pytest.mark.parametrize(("nranks", "window"), [(2, "allocate"), (3, "create")])
 def test_gpumpi_every_test(buffer, nranks, window):
@@ -423,7 +415,6 @@ def test_run_rma_refuses_device_windows_on_mpi4py():
 
 
 @needs_launcher
-@needs_gpumpi_win
 def test_gpumpi_through_the_cli_on_sim(tmp_path):
     jpath = tmp_path / "g.json"
     out = run_bench("rma", "--buffer", "sim", "--window", "create", "--sizes", "8,64K", "--iters", "5",

@@ -1,0 +1,132 @@
+"""File views (L1 pure core): where the bytes of a view's data stream lie in a file.
+
+Theory of operation
+===================
+A view (MPI_File_set_view) is a displacement ``disp``, an elementary type ``etype`` and a
+``filetype``.  The file, as this process sees it, is the filetype tiled from ``disp`` (copy
+``k`` at ``disp + k * extent``); only the bytes its typemap covers are visible, and those
+bytes in typemap order are the view's *data stream*.  An offset counted in etypes is the
+stream position ``offset * esize``.
+
+:class:`View` maps a stream range ``[p, p + n)`` to the file pieces ``(file offset, length)``
+it occupies, in stream order, adjacent pieces merged.  It does so by bisection in the
+cumulative lengths of the filetype's merged byte runs (``flatten.segments``: the flattening
+messages use), so a call costs one step per piece, never per element.  :meth:`View.stream_at`
+is the inverse used for ``SEEK_END``: how many stream bytes lie before a file offset.
+
+The rules of MPI are checked here once (:func:`make`): the filetype's runs are non-negative
+and in nondecreasing order (MPI: "the displacements ... must be non-negative and
+monotonically nondecreasing"), its size is a whole number of etypes and not zero, and the
+etype has no negative displacement.  Nothing here touches a file or imports NumPy.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+__all__ = ["View", "ViewError", "make"]
+
+
+class ViewError(ValueError):
+    """A view MPI does not allow (the caller raises it as ``MPI.Exception``)."""
+
+
+class View:
+    """A file view: ``disp`` (bytes), ``etype``/``filetype`` (datatype objects, kept for
+    ``Get_view``), ``datarep``; ``esize`` the etype's size; ``runs`` the filetype's merged
+    ``(offset, length)`` runs; ``cum`` their cumulative lengths; ``tsize``/``textent`` the
+    filetype's size and extent."""
+
+    __slots__ = ("disp", "etype", "filetype", "datarep", "esize", "offs", "lens", "cum", "tsize", "textent")
+
+    def __init__(self, disp: int, etype, filetype, datarep: str, esize: int, runs, textent: int) -> None:
+        self.disp, self.etype, self.filetype, self.datarep, self.esize = disp, etype, filetype, datarep, esize
+        self.offs = [o for o, _ in runs]
+        self.lens = [n for _, n in runs]
+        cum, t = [0], 0
+        for n in self.lens:
+            t += n
+            cum.append(t)
+        self.cum, self.tsize, self.textent = cum, t, textent
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether the stream is the file from ``disp`` on, byte for byte."""
+        return len(self.offs) == 1 and self.offs[0] == 0 and self.lens[0] == self.textent
+
+    def pieces(self, pos: int, n: int) -> list:
+        """The file pieces ``[(offset, length), ...]`` of stream bytes ``[pos, pos + n)``."""
+        if n <= 0:
+            return []
+        if self.contiguous:
+            return [(self.disp + pos, n)]
+        out: list = []
+        tsize, ext, offs, lens, cum = self.tsize, self.textent, self.offs, self.lens, self.cum
+        k, r = divmod(pos, tsize)
+        i = bisect.bisect_right(cum, r) - 1
+        within = r - cum[i]
+        left = n
+        nruns = len(offs)
+        while left > 0:
+            take = min(lens[i] - within, left)
+            o = self.disp + k * ext + offs[i] + within
+            if out and out[-1][0] + out[-1][1] == o:
+                out[-1] = (out[-1][0], out[-1][1] + take)
+            else:
+                out.append((o, take))
+            left -= take
+            within = 0
+            i += 1
+            if i == nruns:
+                i, k = 0, k + 1
+        return out
+
+    def byte_offset(self, offset: int) -> int:
+        """The absolute file offset of etype ``offset`` (MPI_File_get_byte_offset)."""
+        pos = offset * self.esize
+        if self.contiguous:
+            return self.disp + pos
+        k, r = divmod(pos, self.tsize)
+        i = bisect.bisect_right(self.cum, r) - 1
+        return self.disp + k * self.textent + self.offs[i] + (r - self.cum[i])
+
+    def stream_at(self, fileoff: int) -> int:
+        """How many stream bytes lie before file offset ``fileoff``."""
+        rel = fileoff - self.disp
+        if rel <= 0:
+            return 0
+        if self.contiguous:
+            return rel
+        ext = self.textent
+        k = rel // ext if ext > 0 else 0
+        r = rel - k * ext
+        got = k * self.tsize
+        for o, n in zip(self.offs, self.lens):
+            if o >= r:
+                break
+            got += min(n, r - o)
+        return got
+
+
+def make(disp: int, etype, esegs, esize: int, filetype, fsegs, tsize: int, textent: int, datarep: str) -> View:
+    """The view of ``filetype`` (merged runs ``fsegs``, size ``tsize``, extent ``textent``) over
+    etype (runs ``esegs``, size ``esize``) from ``disp``; raises :class:`ViewError` where MPI
+    forbids it."""
+    if disp < 0:
+        raise ViewError(f"negative displacement ({disp})")
+    if esize <= 0:
+        raise ViewError(f"the etype has no data (size {esize})")
+    if any(o < 0 for o, _ in esegs):
+        raise ViewError("the etype has a negative displacement")
+    if tsize <= 0:
+        raise ViewError(f"the filetype has no data (size {tsize})")
+    if tsize % esize:
+        raise ViewError(f"the filetype is not made of etypes (size {tsize}, etype size {esize})")
+    end = 0
+    for o, n in fsegs:
+        if o < end:
+            raise ViewError("the filetype's displacements are negative or not in nondecreasing order")
+        end = o + n
+    if textent < end or textent <= 0:  # (a resized type's copies would overlap, or not advance)
+        raise ViewError(f"the filetype's extent ({textent}) is below the end of its data ({end})")
+    return View(disp, etype, filetype, datarep, esize, fsegs, textent)
