@@ -97,14 +97,16 @@ class View:
             return 0
         if self.contiguous:
             return rel
-        ext = self.textent
-        k = rel // ext if ext > 0 else 0
-        r = rel - k * ext
+        ext, first, end = self.textent, self.offs[0], self.offs[-1] + self.lens[-1]
+        k = (rel - end) // ext + 1 if rel >= end else 0  # copies wholly before fileoff
         got = k * self.tsize
-        for o, n in zip(self.offs, self.lens):
-            if o >= r:
-                break
-            got += min(n, r - o)
+        while k * ext + first < rel:  # (a copy's data may reach past its extent: the next may start in it)
+            r = rel - k * ext
+            for o, n in zip(self.offs, self.lens):
+                if o >= r:
+                    break
+                got += min(n, r - o)
+            k += 1
         return got
 
 
@@ -127,6 +129,7 @@ def make(disp: int, etype, esegs, esize: int, filetype, fsegs, tsize: int, texte
         if o < end:
             raise ViewError("the filetype's displacements are negative or not in nondecreasing order")
         end = o + n
-    if textent < end or textent <= 0:  # (a resized type's copies would overlap, or not advance)
-        raise ViewError(f"the filetype's extent ({textent}) is below the end of its data ({end})")
+    first = fsegs[0][0] if fsegs else 0
+    if textent <= 0 or textent + first < end:  # (the next copy would start before this one's data ends)
+        raise ViewError(f"the filetype's extent ({textent}) makes its copies overlap (data from {first} to {end})")
     return View(disp, etype, filetype, datarep, esize, fsegs, textent)
