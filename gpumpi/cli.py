@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--ops",
         default=None,
         help=f"coll: comma-separated collectives to run (default all: {','.join(bench.coll.COLLS)}); "
-        f"rma: tests to run (default all: {','.join(bench.rma.TESTS)})",
+        f"rma: tests to run (default all: {','.join(bench.rma.TESTS)}); io: likewise ({','.join(bench.io.TESTS)})",
     )
     b.add_argument("--dtype", default=None, help=f"coll: element type (default float64; {', '.join(bench.coll.DTYPES)})")
     b.add_argument("--op", default=None, help=f"coll: reduction of allreduce, reduce, reduce_scatter (default sum; {', '.join(bench.coll.OPS)})")
@@ -362,13 +362,13 @@ def _validate_window(args) -> None:
 def _validate_coll(args) -> None:
     """The coll suite's options: collectives, type, op, root; and NCCL where it is asked for."""
     coll = args.suite == "coll"
-    if args.suite == "rma" and args.ops is not None:
+    if args.suite in ("rma", "io") and args.ops is not None:
         try:
-            bench.rma.parse_rma_ops(args.ops)
+            (bench.rma.parse_rma_ops if args.suite == "rma" else bench.io.parse_io_ops)(args.ops)
         except bench.BenchError as e:
             raise CLIError(str(e)) from None
     given = [f"--{name}" for name in ("ops", "dtype", "op", "root") if getattr(args, name) is not None]
-    if args.suite == "rma":
+    if args.suite in ("rma", "io"):
         given = given[1:] if given[:1] == ["--ops"] else given
     if given and not coll:
         raise CLIError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the coll suite only, not {args.suite}")
@@ -486,6 +486,8 @@ def _run_inner(args, sizes: list[int]) -> int:
         return _run_rma_inner(args, sizes)
     if args.suite == "ga":
         return _run_ga_inner(args, sizes)
+    if args.suite == "io":
+        return _run_io_inner(args, sizes)
     MPI = _import_mpi(args.impl, args)
     comm = MPI.COMM_WORLD
     rank, nranks = comm.Get_rank(), comm.Get_size()
@@ -580,6 +582,26 @@ def _run_ga_inner(args, sizes: list[int]) -> int:
     meta = bench.ga.ga_metadata(MPI, args.impl, nranks=nranks, buffer=args.buffer, quick=args.quick,
                                 transport=args.transport, transports_env=_transports_env(args.impl))  # fmt: skip
     return _emit(args, meta, rows)
+
+
+def _run_io_inner(args, sizes: list[int]) -> int:
+    MPI = _import_mpi(args.impl, args)
+    comm = MPI.COMM_WORLD
+    rank, nranks = comm.Get_rank(), comm.Get_size()
+    progress = bench.stderr_progress(args.impl) if rank == 0 and not args.quiet else None
+    tests = bench.io.parse_io_ops(args.ops)
+    rows = bench.io.run_io(MPI, sizes, tests=tests, iters=args.iters, quick=args.quick, buffer=args.buffer,
+                           comm=comm, progress=progress)  # fmt: skip
+    if rank != 0:
+        return 0
+    meta = bench.io.io_metadata(MPI, args.impl, nranks=nranks, buffer=args.buffer, tests=tests)
+    return _emit(args, meta, rows)
+
+
+def _io_skipped_document(args, impl: str, reason: str) -> dict:
+    """The document of an io run that ``impl`` cannot make (mpi4py on device buffers): no rows."""
+    return _document(bench.io.io_metadata(None, impl, nranks=args.np, buffer=args.buffer,
+                                          tests=bench.io.parse_io_ops(args.ops), skipped=reason), [])
 
 
 def _ga_reference_document(args, sizes: list[int]) -> dict:
@@ -745,13 +767,16 @@ def _run_outer(args, sizes: list[int] | None = None) -> int:
         for i, impl in enumerate(impls):
             path = os.path.join(tmp, f"{i}-{impl}.json")
             skip = bench.rma.device_skip_reason(impl, args.buffer) if args.suite == "rma" else None
+            if args.suite == "io" and impl == "mpi4py" and args.buffer not in (None, "numpy"):
+                skip = bench.io.NO_DEVICE_WHY
             cmd = None if skip or impl == "ga" else launch_command(impl, args.np, inner_argv(args, impl, path),
                                                                    args.launcher)
             plans.append((impl, path, cmd, skip))
         docs, status = [], 0
         for impl, path, cmd, skip in plans:
             if skip:
-                docs.append(_rma_skipped_document(args, impl, sizes or [], skip))
+                docs.append(_io_skipped_document(args, impl, skip) if args.suite == "io" else
+                            _rma_skipped_document(args, impl, sizes or [], skip))
                 continue
             if impl == "ga":
                 docs.append(_ga_reference_document(args, sizes))

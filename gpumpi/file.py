@@ -163,6 +163,46 @@ def _extent32(dt: Datatype, call: str) -> int:
     return dt._extent
 
 
+#: data sieving (ROMIO's ``romio_ds_read``): many pieces whose span is at most this many times
+#: their bytes (plus 64 KiB) are read by one call and copied out
+_SIEVE_PIECES, _SIEVE_RATIO, _SIEVE_MAX = 8, 4, 256 << 20
+
+
+def _sieved_read(fd: int, mem, pieces, call: str) -> int:
+    """``posix.read_at`` of the pieces into ``mem``; where there are many close together, one read
+    of their whole span into a staging array and one strided copy (or a copy per piece) out of it."""
+    if len(pieces) < _SIEVE_PIECES:
+        return posix.read_at(fd, mem, pieces, call)
+    lo, hi = pieces[0][0], pieces[-1][0] + pieces[-1][1]
+    data = sum(n for _, n in pieces)
+    if hi - lo > min(_SIEVE_RATIO * data + 65536, _SIEVE_MAX) or any(b[0] <= a[0] for a, b in zip(pieces, pieces[1:])):
+        return posix.read_at(fd, mem, pieces, call)
+    import numpy as np
+
+    span = np.empty(hi - lo, np.uint8)
+    got = posix.read_at(fd, memoryview(span), [(lo, hi - lo)], call)
+    end = lo + got  # (the end of the file, where it came first)
+    dst = np.frombuffer(mem, np.uint8)
+    n0 = pieces[0][1]
+    stride = pieces[1][0] - pieces[0][0]
+    if got == hi - lo and all(n == n0 for _, n in pieces) and \
+            all(b[0] - a[0] == stride for a, b in zip(pieces, pieces[1:])):  # a grid: one copy
+        k = len(pieces)
+        src = np.lib.stride_tricks.as_strided(span, (k, n0), (stride, 1))
+        dst[:k * n0].reshape(k, n0)[:] = src
+        return k * n0
+    done = 0
+    for o, n in pieces:
+        m = min(n, end - o)
+        if m <= 0:
+            break
+        dst[done:done + m] = span[o - lo:o - lo + m]
+        done += m
+        if m < n:
+            break
+    return done
+
+
 class File(Handle):
     """File I/O context (MPI_File)."""
 
@@ -672,8 +712,8 @@ class File(Handle):
     def _read(self, st: _State, mem, pieces, call: str) -> int:
         if st.atomic:
             with posix.locked(st.fd, pieces, False, call):
-                return posix.read_at(st.fd, mem, pieces, call)
-        return posix.read_at(st.fd, mem, pieces, call)
+                return _sieved_read(st.fd, mem, pieces, call)
+        return _sieved_read(st.fd, mem, pieces, call)
 
     def _done(self, n: int, status) -> int:
         if status is not None:

@@ -302,3 +302,43 @@ def test_files_written_with_a_view_read_back_by_the_other_library(tmp_path, writ
             for j in range(2):
                 want[r * 2 + k * 4 + j] = (2 * k + j) * 10 + r
     assert np.array_equal(raw, want), raw
+
+
+def _sieving(path):
+    """Reads of many close pieces (one read of their span, then copies): a grid and an irregular
+    layout, whole and cut by the end of the file, against NumPy's indexing of the file's bytes."""
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r = c.rank
+    data = np.arange(4000, dtype=np.int32)
+    if r == 0:
+        data.tofile(path)
+    c.Barrier()
+    grid = MPI.INT.Create_vector(50, 3, 7).Commit()
+    irregular = MPI.INT.Create_indexed([1, 4, 2, 3, 1, 5, 2, 2, 3, 1], [0, 3, 9, 14, 20, 23, 31, 35, 40, 47]).Commit()
+    f = MPI.File.Open(c, path, MPI.MODE_RDONLY)
+    st = MPI.Status()
+    for ft, lens, disps in ((grid, [3] * 50, [7 * k for k in range(50)]),
+                            (irregular, [1, 4, 2, 3, 1, 5, 2, 2, 3, 1], [0, 3, 9, 14, 20, 23, 31, 35, 40, 47])):
+        ext = ft.Get_extent()[1] // 4
+        idx = np.concatenate([np.arange(d, d + n) for d, n in zip(disps, lens)])
+        for disp in (4 * r, 4000 * 4 - 4 * (ext + 5)):  # the second view runs past the end of the file
+            f.Set_view(disp, MPI.INT, ft)
+            want_idx = np.concatenate([idx + k * ext for k in range(3)]) + disp // 4
+            want_idx = want_idx[want_idx < 4000]
+            stop = np.argmax(np.diff(want_idx) < 0) if (np.diff(want_idx) < 0).any() else len(want_idx)
+            b = np.full(3 * len(idx) + 1, -1, np.int32)
+            f.Read_all([b, 3 * len(idx), MPI.INT], st)
+            n = st.Get_count(MPI.INT)
+            assert n == min(len(want_idx), stop), (n, len(want_idx))
+            assert np.array_equal(b[:n], data[want_idx[:n]]) and (b[n:] == -1).all()
+    f.Close()
+    grid.Free()
+    irregular.Free()
+    return True
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_reads_of_many_close_pieces_are_sieved_and_exact(tmp_path, n):
+    assert run_ranks(_sieving, n, args=(str(tmp_path / "sieve.bin"),), timeout=60) == [True] * n

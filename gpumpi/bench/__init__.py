@@ -29,7 +29,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from . import coll, ga, p2p, p2p_matrix, pack, plot, rma
+from . import coll, ga, io, p2p, p2p_matrix, pack, plot, rma
 from ._common import (
     BUFFER_KINDS,
     DEVICE_BUFFER_KINDS,
@@ -49,13 +49,13 @@ from .report import metadata, read_json, write_csv, write_json
 
 #: The suites ``gpumpi bench`` knows, by name; :func:`suite_of` tries their ``row_key`` in this order.
 SUITES: dict[str, Suite] = {
-    s.name: s for s in (p2p.SUITE, pack.SUITE, p2p_matrix.SUITE, coll.SUITE, rma.SUITE, ga.SUITE)
+    s.name: s for s in (p2p.SUITE, pack.SUITE, p2p_matrix.SUITE, coll.SUITE, rma.SUITE, ga.SUITE, io.SUITE)
 }
 
 __all__ = [
     "BUFFER_KINDS", "DEVICE_BUFFER_KINDS", "SUITES", "TRANSPORTS", "WINDOW", "BenchError", "Suite",
     "check_buffer_kind", "check_device_buffers", "check_transport", "coll", "compare_results", "cupy_status",
-    "device_count", "ga", "ga_reference",
+    "device_count", "ga", "ga_reference", "io",
     "format_compare_table", "format_progress", "format_table", "metadata", "p2p", "p2p_matrix", "pack",
     "pair_devices", "plot", "read_json", "rma", "stderr_progress", "suite_of", "transports_setting", "write_csv",
     "write_json",

@@ -68,6 +68,18 @@ class View:
         left = n
         nruns = len(offs)
         while left > 0:
+            if i == 0 and within == 0 and left >= tsize:  # whole copies: one comprehension each
+                whole = left // tsize
+                base = self.disp + k * ext
+                runs = [(base + j * ext + o, m) for j in range(whole) for o, m in zip(offs, lens)]
+                if out and runs and out[-1][0] + out[-1][1] == runs[0][0]:
+                    out[-1] = (out[-1][0], out[-1][1] + runs.pop(0)[1])
+                if offs[0] + ext == offs[-1] + lens[-1]:  # copies that touch: merge across the seams
+                    runs = _merged(runs)
+                out.extend(runs)
+                k += whole
+                left -= whole * tsize
+                continue
             take = min(lens[i] - within, left)
             o = self.disp + k * ext + offs[i] + within
             if out and out[-1][0] + out[-1][1] == o:
@@ -108,6 +120,17 @@ class View:
                 got += min(n, r - o)
             k += 1
         return got
+
+
+def _merged(runs: list) -> list:
+    """``runs`` with adjacent ones joined."""
+    out: list = []
+    for o, n in runs:
+        if out and out[-1][0] + out[-1][1] == o:
+            out[-1] = (out[-1][0], out[-1][1] + n)
+        else:
+            out.append((o, n))
+    return out
 
 
 def make(disp: int, etype, esegs, esize: int, filetype, fsegs, tsize: int, textent: int, datarep: str) -> View:
