@@ -54,7 +54,7 @@ def no_launch(monkeypatch):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["bench", "nope"], "gpumpi bench: unknown suite 'nope' (available: p2p, pack, p2p-matrix, coll, rma, ga)"),
+        (["bench", "nope"], "gpumpi bench: unknown suite 'nope' (available: p2p, pack, p2p-matrix, coll, rma, ga, io)"),
         (["bench", "pack", "--sizes", "3"], "pack block size 3 does not divide the 1048576 packed bytes"),
         (["bench", "pack", "--sizes", "0,8"], "pack block size 0 does not divide"),
         (["bench", "pack", "--sizes", "2K:4K"], "selects no block size"),

@@ -9,7 +9,7 @@ import pytest
 from benchtools import run
 
 from gpumpi import bench
-from gpumpi.bench import coll, ga, p2p, p2p_matrix, pack, rma
+from gpumpi.bench import coll, ga, io, p2p, p2p_matrix, pack, rma
 
 
 def test_bench_module_imports_nothing_heavy():
@@ -20,9 +20,9 @@ def test_bench_module_imports_nothing_heavy():
 
 
 def test_every_suite_is_registered_under_its_name():
-    assert list(bench.SUITES) == ["p2p", "pack", "p2p-matrix", "coll", "rma", "ga"]
+    assert list(bench.SUITES) == ["p2p", "pack", "p2p-matrix", "coll", "rma", "ga", "io"]
     assert [bench.SUITES[n] for n in bench.SUITES] == [p2p.SUITE, pack.SUITE, p2p_matrix.SUITE, coll.SUITE, rma.SUITE,
-                                                      ga.SUITE]  # fmt: skip
+                                                      ga.SUITE, io.SUITE]  # fmt: skip
     for name, suite in bench.SUITES.items():
         assert suite.name == name
         assert suite.min_ranks >= 1
