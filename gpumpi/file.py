@@ -327,10 +327,12 @@ class File(Handle):
             if st.split is not None:
                 raise error(ERR_OTHER, f"{call}: a split collective access is still in progress")
             c = st.comm
-            c.Barrier()  # every process's accesses are done
-            st.shared.Free()
-            posix.close(st.fd)
-            st.closed = True
+            try:
+                c.Barrier()  # every process's accesses are done
+                st.shared.Free()
+            finally:  # (a failed peer: this process's descriptor is closed all the same)
+                posix.close(st.fd)
+                st.closed = True
             if st.amode & MODE_DELETE_ON_CLOSE and c.Get_rank() == 0:
                 try:
                     posix.delete(st.path, call)

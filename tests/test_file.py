@@ -342,3 +342,46 @@ def _sieving(path):
 @pytest.mark.parametrize("n", [1, 2])
 def test_reads_of_many_close_pieces_are_sieved_and_exact(tmp_path, n):
     assert run_ranks(_sieving, n, args=(str(tmp_path / "sieve.bin"),), timeout=60) == [True] * n
+
+
+def _dies_in_a_collective_write(path, out):
+    """Rank 1 dies in the middle of a collective write: the others' writes are complete and
+    intact, and their next collective on the file (Close) fails instead of waiting."""
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r = c.rank
+    f = MPI.File.Open(c, path, MPI.MODE_CREATE | MPI.MODE_RDWR)
+    f.Set_view(0, MPI.INT)
+    f.Write_at_all(r * 100, np.full(100, r, np.int32))
+    c.Barrier()
+    if r == 1:
+        os._exit(7)  # (between its two writes)
+    f.Write_at_all(300 + r * 100, np.full(100, 10 + r, np.int32))
+    try:
+        f.Close()
+        res = "closed"
+    except MPI.Exception as e:
+        res = str(e.Get_error_class())
+        try:  # the descriptor is closed all the same: the file says so
+            f.Get_size()
+        except MPI.Exception as e2:
+            res += f" {e2.Get_error_class()}"
+    with open(f"{out}.{r}", "w") as fh:
+        fh.write(res)
+
+
+def test_a_rank_dying_in_a_collective_write_leaves_the_others_regions_intact(tmp_path):
+    from gpumpi import MPI
+    from gpumpi.testing import RanksFailed, one_node_only
+
+    one_node_only(3, "a dead peer failing the call (under an MPI launcher a failure aborts the job)")
+    path, out = str(tmp_path / "dying.bin"), str(tmp_path / "result")
+    with pytest.raises(RanksFailed):
+        run_ranks(_dies_in_a_collective_write, 3, timeout=60, args=(path, out))
+    got = np.fromfile(path, dtype=np.int32)
+    assert len(got) == 600
+    for r in (0, 2):  # both writes of the survivors; rank 1's first
+        assert (got[r * 100:(r + 1) * 100] == r).all() and (got[300 + r * 100:400 + r * 100] == 10 + r).all()
+        assert open(f"{out}.{r}").read() == f"{MPI.ERR_PROC_FAILED} {MPI.ERR_FILE}"
+    assert (got[100:200] == 1).all() and (got[400:500] == 0).all()
