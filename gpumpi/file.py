@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 
-from . import _p2p
+from . import _device, _p2p, _pool
 from ._handles import Handle, Table
 from .constants import (ANY_SOURCE, ANY_TAG, DISPLACEMENT_CURRENT, LOCK_SHARED, MODE_APPEND, MODE_CREATE,
                         MODE_DELETE_ON_CLOSE, MODE_EXCL, MODE_RDONLY, MODE_RDWR, MODE_SEQUENTIAL, MODE_UNIQUE_OPEN,
@@ -163,6 +163,8 @@ def _extent32(dt: Datatype, call: str) -> int:
     return dt._extent
 
 
+#: bytes of device memory staged through the host per copy
+_CHUNK = 8 << 20
 #: data sieving (ROMIO's ``romio_ds_read``): many pieces whose span is at most this many times
 #: their bytes (plus 64 KiB) are read by one call and copied out
 _SIEVE_PIECES, _SIEVE_RATIO, _SIEVE_MAX = 8, 4, 256 << 20
@@ -676,8 +678,10 @@ class File(Handle):
                                   f"(etype size {v.esize})")
         if not n:
             return 0
-        pieces = v.pieces(pos * v.esize, n)
         ep = _codec(v, m, call)
+        if ep is None and m.contiguous and _p2p.on_device(m):  # device memory: in staged chunks
+            return self._device_access(st, m, pos * v.esize, write, call)
+        pieces = v.pieces(pos * v.esize, n)
         if write:
             mem, _, release = _p2p.outgoing(m, call)
             try:
@@ -710,6 +714,42 @@ class File(Handle):
             if post is not None:
                 post(_Landed(got))
         return got
+
+    def _device_access(self, st: _State, m, p: int, write: bool, call: str) -> int:
+        """A contiguous device buffer to or from stream bytes ``[p, p + m.nbytes)``, through one
+        host staging buffer of at most :data:`_CHUNK` bytes a copy (never the whole array on the
+        host), each copy ordered after the work queued on the device's current stream."""
+        v, n = st.view, m.nbytes
+        ad = _device.adapter_for(m.kind)
+        s = ad.current_stream()
+        stage = _pool.HOST.get(min(_CHUNK, n))
+        base = m.addr + m.lo
+        done = 0
+        lock = posix.locked(st.fd, v.pieces(p, n), write, call) if st.atomic else None
+        try:
+            if lock is not None:
+                lock.__enter__()
+            while done < n:
+                k = min(_CHUNK, n - done)
+                pieces = v.pieces(p + done, k)
+                mv = memoryview(stage)[:k]
+                if write:
+                    ad.memcpy(stage.ctypes.data, base + done, k, s)
+                    ad.stream_synchronize(s)
+                    done += posix.write_at(st.fd, mv, pieces, call)
+                    continue
+                got = _sieved_read(st.fd, mv, pieces, call)
+                if got:
+                    ad.memcpy(base + done, stage.ctypes.data, got, s)
+                    ad.stream_synchronize(s)
+                done += got
+                if got < k:  # the end of the file
+                    break
+        finally:
+            if lock is not None:
+                lock.__exit__(None, None, None)
+            _pool.HOST.put(stage)
+        return done
 
     def _read(self, st: _State, mem, pieces, call: str) -> int:
         if st.atomic:

@@ -385,3 +385,47 @@ def test_a_rank_dying_in_a_collective_write_leaves_the_others_regions_intact(tmp
         assert (got[r * 100:(r + 1) * 100] == r).all() and (got[300 + r * 100:400 + r * 100] == 10 + r).all()
         assert open(f"{out}.{r}").read() == f"{MPI.ERR_PROC_FAILED} {MPI.ERR_FILE}"
     assert (got[100:200] == 1).all() and (got[400:500] == 0).all()
+
+
+def _device_chunks(path):
+    """Device buffers move through host staging a chunk at a time (here 1000 bytes), never as a
+    whole-array host copy: through a subarray view, and up to the end of the file."""
+    from gpumpi import MPI, _pool
+    from gpumpi import file as F
+
+    F._CHUNK = 1000
+    asked = []
+    get = _pool.HOST.get
+    _pool.HOST.get = lambda n: asked.append(n) or get(n)
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    full = np.arange(40 * n * 30, dtype=np.float64).reshape(40 * n, 30)
+    sub = MPI.DOUBLE.Create_subarray([40 * n, 30], [40, 30], [40 * r, 0]).Commit()
+    cols = MPI.DOUBLE.Create_subarray([40 * n, 30], [40 * n, 15], [0, 15 * (r % 2)]).Commit()
+    f = MPI.File.Open(c, path, MPI.MODE_CREATE | MPI.MODE_RDWR)
+    f.Set_view(0, MPI.DOUBLE, sub)
+    f.Write_all(SimDeviceArray.from_numpy(np.ascontiguousarray(full[40 * r:40 * r + 40])))
+    f.Sync()
+    c.Barrier()
+    assert np.array_equal(np.fromfile(path, np.float64).reshape(full.shape), full)
+    f.Set_view(0, MPI.DOUBLE, cols)
+    b = SimDeviceArray.zeros((40 * n, 15))
+    f.Read_all(b)
+    assert np.array_equal(b.get(), full[:, 15 * (r % 2):15 * (r % 2) + 15])
+    f.Set_view(0, MPI.DOUBLE)
+    st = MPI.Status()
+    tail = SimDeviceArray.from_numpy(np.full(500, -1.0))
+    f.Read_at(full.size - 100, tail, st)  # 100 elements left in the file
+    assert st.Get_count(MPI.DOUBLE) == 100
+    assert np.array_equal(tail.get()[:100], full.ravel()[-100:]) and (tail.get()[100:] == -1).all()
+    f.Close()
+    sub.Free()
+    cols.Free()
+    assert max(asked) <= 1024, max(asked)  # (the pool's size class of 1000 bytes)
+    return True
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_device_buffers_are_staged_in_chunks(tmp_path, n):
+    assert run_ranks(_device_chunks, n, args=(str(tmp_path / "chunks.bin"),), timeout=60,
+                     env={"GPUMPI_DEVICE": "sim"}) == [True] * n
