@@ -44,14 +44,16 @@ from .constants import (ANY_SOURCE, ANY_TAG, DISPLACEMENT_CURRENT, LOCK_SHARED, 
 from .datatypes import flatten
 from .datatypes._core import Datatype
 from .datatypes.plan import external_plan
-from .datatypes.predefined import BYTE
+from .datatypes.predefined import BYTE, INT64_T
 from .errors import (ERR_ACCESS, ERR_AMODE, ERR_ARG, ERR_BAD_FILE, ERR_COMM, ERR_DUP_DATAREP, ERR_ERRHANDLER,
                      ERR_FILE, ERR_NO_SUCH_FILE, ERR_NOT_SAME, ERR_OTHER, ERR_TYPE, ERR_UNSUPPORTED_DATAREP,
                      ERR_UNSUPPORTED_OPERATION, ERRORS_RETURN, Errhandler, error)
 from .errors import Exception as MPIException
 from .group import Group
 from .info import INFO_NULL, Info
+from .io import collective as _two_phase
 from .io import posix
+from .io import twophase
 from .io import view as _view
 from .op import SUM
 from .request import Request, done_xfer
@@ -68,7 +70,7 @@ _DATAREPS = ("native", "internal", "external32")
 _USER_DATAREPS: dict = {}
 #: ROMIO's hints, reported by Get_info with these defaults until set
 _HINTS = {"cb_buffer_size": "16777216", "romio_cb_read": "automatic", "romio_cb_write": "automatic",
-          "cb_nodes": "1", "romio_no_indep_rw": "false", "romio_cb_pfr": "disable", "romio_cb_fr_types": "aar",
+          "romio_no_indep_rw": "false", "romio_cb_pfr": "disable", "romio_cb_fr_types": "aar",
           "romio_cb_fr_alignment": "1", "romio_cb_ds_threshold": "0", "romio_cb_alltoall": "automatic",
           "ind_rd_buffer_size": "4194304", "ind_wr_buffer_size": "524288", "romio_ds_read": "automatic",
           "romio_ds_write": "automatic", "striping_factor": "0", "striping_unit": "0"}
@@ -144,6 +146,13 @@ def _datatype(dt, call: str, what: str) -> Datatype:
     return dt
 
 
+def _int_hint(value, default: int) -> int:
+    try:
+        return max(1, int(value))
+    except (TypeError, ValueError):
+        return default
+
+
 def _codec(v: _view.View, m, call: str):
     """The external32 plan of message ``m``'s datatype under view ``v``, or None (native)."""
     if v.datarep != "external32" or m is None:
@@ -163,48 +172,10 @@ def _extent32(dt: Datatype, call: str) -> int:
     return dt._extent
 
 
+#: pieces of one process from which an interleaved collective access goes two-phase ("automatic")
+_CB_PIECES = 64
 #: bytes of device memory staged through the host per copy
 _CHUNK = 8 << 20
-#: data sieving (ROMIO's ``romio_ds_read``): many pieces whose span is at most this many times
-#: their bytes (plus 64 KiB) are read by one call and copied out
-_SIEVE_PIECES, _SIEVE_RATIO, _SIEVE_MAX = 8, 4, 256 << 20
-
-
-def _sieved_read(fd: int, mem, pieces, call: str) -> int:
-    """``posix.read_at`` of the pieces into ``mem``; where there are many close together, one read
-    of their whole span into a staging array and one strided copy (or a copy per piece) out of it."""
-    if len(pieces) < _SIEVE_PIECES:
-        return posix.read_at(fd, mem, pieces, call)
-    lo, hi = pieces[0][0], pieces[-1][0] + pieces[-1][1]
-    data = sum(n for _, n in pieces)
-    if hi - lo > min(_SIEVE_RATIO * data + 65536, _SIEVE_MAX) or any(b[0] <= a[0] for a, b in zip(pieces, pieces[1:])):
-        return posix.read_at(fd, mem, pieces, call)
-    import numpy as np
-
-    span = np.empty(hi - lo, np.uint8)
-    got = posix.read_at(fd, memoryview(span), [(lo, hi - lo)], call)
-    end = lo + got  # (the end of the file, where it came first)
-    dst = np.frombuffer(mem, np.uint8)
-    n0 = pieces[0][1]
-    stride = pieces[1][0] - pieces[0][0]
-    if got == hi - lo and all(n == n0 for _, n in pieces) and \
-            all(b[0] - a[0] == stride for a, b in zip(pieces, pieces[1:])):  # a grid: one copy
-        k = len(pieces)
-        src = np.lib.stride_tricks.as_strided(span, (k, n0), (stride, 1))
-        dst[:k * n0].reshape(k, n0)[:] = src
-        return k * n0
-    done = 0
-    for o, n in pieces:
-        m = min(n, end - o)
-        if m <= 0:
-            break
-        dst[done:done + m] = span[o - lo:o - lo + m]
-        done += m
-        if m < n:
-            break
-    return done
-
-
 class File(Handle):
     """File I/O context (MPI_File)."""
 
@@ -305,7 +276,7 @@ class File(Handle):
             return FILE_NULL._raise(e)
         st = _State()
         st.h, st.fd, st.path, st.amode, st.comm, st.shared = cls._htable.new(), fd, path, a, dup, shared
-        st.hints = dict(_HINTS)
+        st.hints = dict(_HINTS, cb_nodes=str(dup.Get_size()))
         if info:
             st.hints.update(dict(info.items()))
         st.atomic, st.pos, st.split, st.closed, st.errh = False, 0, None, False, Errhandler(_STATE_DEFAULT[0])
@@ -715,6 +686,65 @@ class File(Handle):
                 post(_Landed(got))
         return got
 
+    def _collective(self, st: _State, buf, pos: int, write: bool, call: str) -> int:
+        """A collective access: two-phase (``gpumpi.io.collective``) where the processes' ranges
+        interleave and one has at least :data:`_CB_PIECES` pieces (ROMIO's hints
+        ``romio_cb_write``/``romio_cb_read``: ``enable``, ``disable``, ``automatic``: this test),
+        every process's buffer is host memory and the view's data are native;
+        else each process's own :meth:`_access`.  A process whose arguments fail tells the
+        others (they raise too: nobody waits for it)."""
+        err = m = offs = lens = None
+        rng, able = None, False
+        try:
+            if pos < 0:
+                raise error(ERR_ARG, f"{call}: negative offset ({pos})")
+            (self._writable if write else self._readable)(st, call)
+            m = _p2p.msg(buf, write, 0, call)
+            v, n = st.view, m.nbytes
+            if n % v.esize:
+                raise error(ERR_TYPE, f"{call}: the buffer's {n} bytes are not a whole number of etypes "
+                                      f"(etype size {v.esize})")
+            able = v.datarep != "external32" and not _p2p.on_device(m) and not st.atomic
+            if able and n:
+                offs, lens = twophase.pieces(v, pos * v.esize, n)
+                rng = (int(offs[0]), int(offs[-1] + lens[-1]))
+        except Exception as e:  # noqa: BLE001 - shared with the others first, then raised here
+            err = e
+        import numpy as np
+
+        mine = np.array([err is not None, able, -1 if rng is None else rng[0], -1 if rng is None else rng[1],
+                         0 if offs is None else len(offs)], np.int64)
+        every = np.empty((st.comm.Get_size(), 5), np.int64)
+        st.comm.Allgather([mine, 5, INT64_T], [every, 5, INT64_T])
+        if err is not None:
+            raise err
+        if every[:, 0].any():
+            raise error(ERR_OTHER, f"{call}: the arguments of another process of the file failed")
+        hint = st.hints.get("romio_cb_write" if write else "romio_cb_read", "automatic")
+        ranges = [None if lo < 0 else (int(lo), int(hi)) for lo, hi in every[:, 2:4].tolist()]
+        if not every[:, 1].all() or hint == "disable" or all(r is None for r in ranges) or \
+                (hint != "enable" and (every[:, 4].max() < _CB_PIECES or not twophase.interleaved(ranges))):
+            return self._access(st, buf, pos, write, call)
+
+        naggr = _int_hint(st.hints.get("cb_nodes"), st.comm.Get_size())
+        if offs is None:
+            offs = lens = np.zeros(0, np.int64)
+        if write:
+            mem, _, release = _p2p.outgoing(m, call)
+            try:
+                return _two_phase.write(st.comm, st.fd, np.frombuffer(mem, np.uint8), offs, lens, ranges, naggr, call)
+            finally:
+                if release is not None:
+                    release()
+        mem, _, post, _ = _p2p.incoming(m, call)
+        got = 0
+        try:
+            got = _two_phase.read(st.comm, st.fd, np.frombuffer(mem, np.uint8), offs, lens, ranges, naggr, call)
+        finally:
+            if post is not None:
+                post(_Landed(got))
+        return got
+
     def _device_access(self, st: _State, m, p: int, write: bool, call: str) -> int:
         """A contiguous device buffer to or from stream bytes ``[p, p + m.nbytes)``, through one
         host staging buffer of at most :data:`_CHUNK` bytes a copy (never the whole array on the
@@ -738,7 +768,7 @@ class File(Handle):
                     ad.stream_synchronize(s)
                     done += posix.write_at(st.fd, mv, pieces, call)
                     continue
-                got = _sieved_read(st.fd, mv, pieces, call)
+                got = posix.read_sieved(st.fd, mv, pieces, call)
                 if got:
                     ad.memcpy(base + done, stage.ctypes.data, got, s)
                     ad.stream_synchronize(s)
@@ -754,8 +784,8 @@ class File(Handle):
     def _read(self, st: _State, mem, pieces, call: str) -> int:
         if st.atomic:
             with posix.locked(st.fd, pieces, False, call):
-                return _sieved_read(st.fd, mem, pieces, call)
-        return _sieved_read(st.fd, mem, pieces, call)
+                return posix.read_sieved(st.fd, mem, pieces, call)
+        return posix.read_sieved(st.fd, mem, pieces, call)
 
     def _done(self, n: int, status) -> int:
         if status is not None:
@@ -770,10 +800,10 @@ class File(Handle):
         return Request._of(x)
 
     # explicit offsets
-    def _at(self, call: str, offset, buf, write: bool) -> int:
+    def _at(self, call: str, offset, buf, write: bool, coll: bool = False) -> int:
         st = self._check(call)
         self._no_sequential(st, call)
-        return self._access(st, buf, _int(offset, call, "offset"), write, call)
+        return (self._collective if coll else self._access)(st, buf, _int(offset, call, "offset"), write, call)
 
     def Read_at(self, offset: int, buf, status: Status | None = None) -> None:
         """Read at an explicit offset (MPI_File_read_at)."""
@@ -792,14 +822,14 @@ class File(Handle):
     def Read_at_all(self, offset: int, buf, status: Status | None = None) -> None:
         """Collective read at explicit offsets (MPI_File_read_at_all)."""
         try:
-            self._done(self._at("File.Read_at_all", offset, buf, False), status)
+            self._done(self._at("File.Read_at_all", offset, buf, False, True), status)
         except MPIException as e:
             return self._raise(e)
 
     def Write_at_all(self, offset: int, buf, status: Status | None = None) -> None:
         """Collective write at explicit offsets (MPI_File_write_at_all)."""
         try:
-            self._done(self._at("File.Write_at_all", offset, buf, True), status)
+            self._done(self._at("File.Write_at_all", offset, buf, True, True), status)
         except MPIException as e:
             return self._raise(e)
 
@@ -820,22 +850,22 @@ class File(Handle):
     def Iread_at_all(self, offset: int, buf) -> Request:
         """Nonblocking collective read at explicit offsets (MPI_File_iread_at_all)."""
         try:
-            return self._request(self._at("File.Iread_at_all", offset, buf, False))
+            return self._request(self._at("File.Iread_at_all", offset, buf, False, True))
         except MPIException as e:
             return self._raise(e)
 
     def Iwrite_at_all(self, offset: int, buf) -> Request:
         """Nonblocking collective write at explicit offsets (MPI_File_iwrite_at_all)."""
         try:
-            return self._request(self._at("File.Iwrite_at_all", offset, buf, True))
+            return self._request(self._at("File.Iwrite_at_all", offset, buf, True, True))
         except MPIException as e:
             return self._raise(e)
 
     # the individual pointer
-    def _ind(self, call: str, buf, write: bool) -> int:
+    def _ind(self, call: str, buf, write: bool, coll: bool = False) -> int:
         st = self._check(call)
         self._no_sequential(st, call)
-        n = self._access(st, buf, st.pos, write, call)
+        n = (self._collective if coll else self._access)(st, buf, st.pos, write, call)
         st.pos += n // st.view.esize
         return n
 
@@ -856,14 +886,14 @@ class File(Handle):
     def Read_all(self, buf, status: Status | None = None) -> None:
         """Collective read at the individual file pointers (MPI_File_read_all)."""
         try:
-            self._done(self._ind("File.Read_all", buf, False), status)
+            self._done(self._ind("File.Read_all", buf, False, True), status)
         except MPIException as e:
             return self._raise(e)
 
     def Write_all(self, buf, status: Status | None = None) -> None:
         """Collective write at the individual file pointers (MPI_File_write_all)."""
         try:
-            self._done(self._ind("File.Write_all", buf, True), status)
+            self._done(self._ind("File.Write_all", buf, True, True), status)
         except MPIException as e:
             return self._raise(e)
 
@@ -884,14 +914,14 @@ class File(Handle):
     def Iread_all(self, buf) -> Request:
         """Nonblocking collective read at the individual file pointers (MPI_File_iread_all)."""
         try:
-            return self._request(self._ind("File.Iread_all", buf, False))
+            return self._request(self._ind("File.Iread_all", buf, False, True))
         except MPIException as e:
             return self._raise(e)
 
     def Iwrite_all(self, buf) -> Request:
         """Nonblocking collective write at the individual file pointers (MPI_File_iwrite_all)."""
         try:
-            return self._request(self._ind("File.Iwrite_all", buf, True))
+            return self._request(self._ind("File.Iwrite_all", buf, True, True))
         except MPIException as e:
             return self._raise(e)
 
@@ -978,7 +1008,7 @@ class File(Handle):
 
     def Read_at_all_begin(self, offset: int, buf) -> None:
         """Start a split collective read at explicit offsets (MPI_File_read_at_all_begin)."""
-        self._begin("File.Read_at_all_begin", self._at, "File.Read_at_all_begin", offset, buf, False)
+        self._begin("File.Read_at_all_begin", self._at, "File.Read_at_all_begin", offset, buf, False, True)
 
     def Read_at_all_end(self, buf, status: Status | None = None) -> None:
         """Complete a split collective read at explicit offsets (MPI_File_read_at_all_end)."""
@@ -986,7 +1016,7 @@ class File(Handle):
 
     def Write_at_all_begin(self, offset: int, buf) -> None:
         """Start a split collective write at explicit offsets (MPI_File_write_at_all_begin)."""
-        self._begin("File.Write_at_all_begin", self._at, "File.Write_at_all_begin", offset, buf, True)
+        self._begin("File.Write_at_all_begin", self._at, "File.Write_at_all_begin", offset, buf, True, True)
 
     def Write_at_all_end(self, buf, status: Status | None = None) -> None:
         """Complete a split collective write at explicit offsets (MPI_File_write_at_all_end)."""
@@ -994,7 +1024,7 @@ class File(Handle):
 
     def Read_all_begin(self, buf) -> None:
         """Start a split collective read (MPI_File_read_all_begin)."""
-        self._begin("File.Read_all_begin", self._ind, "File.Read_all_begin", buf, False)
+        self._begin("File.Read_all_begin", self._ind, "File.Read_all_begin", buf, False, True)
 
     def Read_all_end(self, buf, status: Status | None = None) -> None:
         """Complete a split collective read (MPI_File_read_all_end)."""
@@ -1002,7 +1032,7 @@ class File(Handle):
 
     def Write_all_begin(self, buf) -> None:
         """Start a split collective write (MPI_File_write_all_begin)."""
-        self._begin("File.Write_all_begin", self._ind, "File.Write_all_begin", buf, True)
+        self._begin("File.Write_all_begin", self._ind, "File.Write_all_begin", buf, True, True)
 
     def Write_all_end(self, buf, status: Status | None = None) -> None:
         """Complete a split collective write (MPI_File_write_all_end)."""

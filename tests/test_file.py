@@ -345,8 +345,9 @@ def test_reads_of_many_close_pieces_are_sieved_and_exact(tmp_path, n):
 
 
 def _dies_in_a_collective_write(path, out):
-    """Rank 1 dies in the middle of a collective write: the others' writes are complete and
-    intact, and their next collective on the file (Close) fails instead of waiting."""
+    """Rank 1 dies between two collective writes: the first is intact everywhere; the survivors'
+    second either completes or fails with ERR_PROC_FAILED (it may need the dead rank: two-phase
+    exchanges), never waits, and leaves its region whole or untouched; Close fails likewise."""
     from gpumpi import MPI
 
     c = MPI.COMM_WORLD
@@ -357,12 +358,16 @@ def _dies_in_a_collective_write(path, out):
     c.Barrier()
     if r == 1:
         os._exit(7)  # (between its two writes)
-    f.Write_at_all(300 + r * 100, np.full(100, 10 + r, np.int32))
+    try:
+        f.Write_at_all(300 + r * 100, np.full(100, 10 + r, np.int32))
+        res = "wrote "
+    except MPI.Exception as e:
+        res = f"{e.Get_error_class()} "
     try:
         f.Close()
-        res = "closed"
+        res += "closed"
     except MPI.Exception as e:
-        res = str(e.Get_error_class())
+        res += str(e.Get_error_class())
         try:  # the descriptor is closed all the same: the file says so
             f.Get_size()
         except MPI.Exception as e2:
@@ -380,11 +385,13 @@ def test_a_rank_dying_in_a_collective_write_leaves_the_others_regions_intact(tmp
     with pytest.raises(RanksFailed):
         run_ranks(_dies_in_a_collective_write, 3, timeout=60, args=(path, out))
     got = np.fromfile(path, dtype=np.int32)
-    assert len(got) == 600
-    for r in (0, 2):  # both writes of the survivors; rank 1's first
-        assert (got[r * 100:(r + 1) * 100] == r).all() and (got[300 + r * 100:400 + r * 100] == 10 + r).all()
-        assert open(f"{out}.{r}").read() == f"{MPI.ERR_PROC_FAILED} {MPI.ERR_FILE}"
-    assert (got[100:200] == 1).all() and (got[400:500] == 0).all()
+    assert (got[:300] == np.repeat([0, 1, 2], 100)).all()  # the first write, everyone's
+    for r in (0, 2):
+        wrote, closed = open(f"{out}.{r}").read().split(" ", 1)
+        region = got[300 + r * 100:400 + r * 100]
+        assert wrote in ("wrote", str(MPI.ERR_PROC_FAILED))
+        assert (region == 10 + r).all() if wrote == "wrote" else (region == 0).all() or (region == 10 + r).all()
+        assert closed == f"{MPI.ERR_PROC_FAILED} {MPI.ERR_FILE}"
 
 
 def _device_chunks(path):
@@ -429,3 +436,67 @@ def _device_chunks(path):
 def test_device_buffers_are_staged_in_chunks(tmp_path, n):
     assert run_ranks(_device_chunks, n, args=(str(tmp_path / "chunks.bin"),), timeout=60,
                      env={"GPUMPI_DEVICE": "sim"}) == [True] * n
+
+
+def _two_phase(path, hint):
+    """Collective access whose ranges interleave: element-cyclic and column-block views, a rank
+    with nothing to write, every hint; the file against NumPy, and which path served."""
+    from gpumpi import MPI
+    from gpumpi.io import collective
+
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    used = {"write": 0, "read": 0}
+    for name in ("write", "read"):
+        real = getattr(collective, name)
+        setattr(collective, name, lambda *a, real=real, name=name: used.__setitem__(name, used[name] + 1) or real(*a))
+    info = MPI.Info.Create({"romio_cb_write": hint, "romio_cb_read": hint})
+    f = MPI.File.Open(c, path, MPI.MODE_CREATE | MPI.MODE_RDWR, info)
+    count = 1000
+    cyc = MPI.INT.Create_resized(0, 4 * n).Commit()  # one int of every n
+    f.Set_view(4 * r, MPI.INT, cyc)
+    mine = np.arange(count, dtype=np.int32) * n + r
+    f.Write_all(mine)
+    f.Sync()
+    c.Barrier()
+    assert np.array_equal(np.fromfile(path, np.int32), np.arange(count * n, dtype=np.int32))
+    back = np.zeros(count, np.int32)
+    f.Seek(0)
+    f.Read_all(back)
+    assert np.array_equal(back, mine)
+    # column blocks of a (rows, 4n) array; the last rank writes and reads nothing
+    rows = 37
+    full = np.arange(rows * 4 * n, dtype=np.float64).reshape(rows, 4 * n)
+    colv = MPI.DOUBLE.Create_subarray([rows, 4 * n], [rows, 4], [0, 4 * r]).Commit()
+    c.Barrier()
+    f.Set_size(0)
+    f.Set_view(0, MPI.DOUBLE, colv)
+    empty = r == n - 1 and n > 1
+    f.Write_all(np.zeros((0, 4)) if empty else np.ascontiguousarray(full[:, 4 * r:4 * r + 4]))
+    f.Sync()
+    c.Barrier()
+    got = np.fromfile(path, np.float64)
+    if n > 1:
+        want = full.copy()
+        want[:, 4 * (n - 1):] = 0  # never written: a hole, zeros (or the end of the file)
+        assert np.array_equal(got, want.ravel()[:len(got)]) and len(got) >= rows * 4 * n - 4
+    else:
+        assert np.array_equal(got, full.ravel())
+    b = np.full((rows, 4), -1.0)
+    st = MPI.Status()
+    f.Seek(0)
+    f.Read_all(b, st)
+    if not empty:
+        assert np.array_equal(b, full[:, 4 * r:4 * r + 4]) and st.Get_count(MPI.DOUBLE) == rows * 4
+    f.Close()
+    cyc.Free()
+    colv.Free()
+    return used
+
+
+@pytest.mark.parametrize("hint", ["automatic", "enable", "disable"])
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_interleaved_collective_access_goes_two_phase(tmp_path, n, hint):
+    for used in run_ranks(_two_phase, n, args=(str(tmp_path / "2p.bin"), hint), timeout=90):
+        two_phase = hint == "enable" or (hint == "automatic" and n > 1)
+        assert (used["write"] > 0 and used["read"] > 0) == two_phase, used

@@ -21,7 +21,7 @@ LAYERS = {
     1: ["_matching", "_protocol", "group", "status", "info", "topology", "datatypes", "datatypes._core",
         "datatypes.predefined", "collectives", "ga._layout", "keyval", "rma.epochs", "io", "io.view"],
     2: ["_device", "_backends", "_memfd", "_arrays", "_buffers", "_membuffer", "_pickle", "_pool", "datatypes.plan",
-        "datatypes.numpy_dtype", "_compiled", "io.posix"],
+        "datatypes.numpy_dtype", "_compiled", "io.posix", "io.twophase", "io.collective"],
     3: ["kernels"],
     4: ["ipc", "_bootstrap"],
     5: ["_progress", "_xfer", "_frames", "_failures", "_runtime", "_services", "_fastpath", "request", "_p2p", "_objects",

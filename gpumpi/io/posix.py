@@ -7,7 +7,9 @@ Every access of ``MPI.File`` ends here as positioned reads and writes of a list 
 (``os.preadv``/``os.pwritev`` would gather several, but a piece is usually one long run, so
 :func:`read_at`/:func:`write_at` loop over ``os.pread``/``os.pwrite`` until the piece is
 done, or, reading, until the end of the file).  Atomic mode's byte-range locks are
-``fcntl`` locks over the range an access touches (:func:`locked`).  An ``OSError`` becomes
+``fcntl`` locks over the range an access touches (:func:`locked`).  Many close pieces are
+read by one call over their span and copied out (:func:`read_sieved`, ROMIO's data
+sieving).  An ``OSError`` becomes
 ``MPI.Exception`` with the error class MPI names for its cause (:func:`failed`), its message
 ``"<call>: <what> (<path>: <strerror>)"``.
 """
@@ -22,8 +24,8 @@ import os
 from ..errors import (ERR_ACCESS, ERR_BAD_FILE, ERR_FILE_EXISTS, ERR_IO, ERR_NO_SPACE, ERR_NO_SUCH_FILE,
                       ERR_QUOTA, ERR_READ_ONLY, error)
 
-__all__ = ["allocate", "close", "delete", "failed", "locked", "open_file", "read_at", "size", "sync", "truncate",
-           "write_at"]
+__all__ = ["allocate", "close", "delete", "failed", "locked", "open_file", "read_at", "read_sieved", "size", "sync",
+           "truncate", "write_at"]
 
 _CLASSES = {
     errno.ENOENT: ERR_NO_SUCH_FILE, errno.EEXIST: ERR_FILE_EXISTS, errno.EACCES: ERR_ACCESS,
@@ -131,6 +133,46 @@ def write_at(fd: int, mv: memoryview, pieces, call: str) -> int:
                 off += k
     except OSError as e:
         raise failed(e, call, f"cannot write {n} bytes at offset {off}") from None
+    return done
+
+
+#: data sieving (ROMIO's ``romio_ds_read``): many pieces whose span is at most this many times
+#: their bytes (plus 64 KiB) are read by one call and copied out
+_SIEVE_PIECES, _SIEVE_RATIO, _SIEVE_MAX = 8, 4, 256 << 20
+
+
+def read_sieved(fd: int, mem, pieces, call: str) -> int:
+    """:func:`read_at` of the pieces into ``mem``; where there are many close together, one read
+    of their whole span into a staging array and one strided copy (or a copy per piece) out of it."""
+    if len(pieces) < _SIEVE_PIECES:
+        return read_at(fd, mem, pieces, call)
+    lo, hi = pieces[0][0], pieces[-1][0] + pieces[-1][1]
+    data = sum(n for _, n in pieces)
+    if hi - lo > min(_SIEVE_RATIO * data + 65536, _SIEVE_MAX) or any(b[0] <= a[0] for a, b in zip(pieces, pieces[1:])):
+        return read_at(fd, mem, pieces, call)
+    import numpy as np
+
+    span = np.empty(hi - lo, np.uint8)
+    got = read_at(fd, memoryview(span), [(lo, hi - lo)], call)
+    end = lo + got  # (the end of the file, where it came first)
+    dst = np.frombuffer(mem, np.uint8)
+    n0 = pieces[0][1]
+    stride = pieces[1][0] - pieces[0][0]
+    if got == hi - lo and all(n == n0 for _, n in pieces) and \
+            all(b[0] - a[0] == stride for a, b in zip(pieces, pieces[1:])):  # a grid: one copy
+        k = len(pieces)
+        src = np.lib.stride_tricks.as_strided(span, (k, n0), (stride, 1))
+        dst[:k * n0].reshape(k, n0)[:] = src
+        return k * n0
+    done = 0
+    for o, n in pieces:
+        m = min(n, end - o)
+        if m <= 0:
+            break
+        dst[done:done + m] = span[o - lo:o - lo + m]
+        done += m
+        if m < n:
+            break
     return done
 
 
