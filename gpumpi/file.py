@@ -493,37 +493,52 @@ class File(Handle):
                  datarep: str = "native", info: Info = INFO_NULL) -> None:
         """Set the file view (MPI_File_set_view); both file pointers go to its start; collective."""
         call = "File.Set_view"
+        st = self._check(call)
+        v = err = None
         try:
-            st = self._check(call)
-            d = _int(disp, call, "disp")
-            et = _datatype(etype, call, "etype")
-            ft = et if filetype is None else _datatype(filetype, call, "filetype")
-            if not isinstance(datarep, str):
-                raise TypeError(f"{call}: datarep must be a str ({type(datarep).__name__})")
-            if datarep not in _DATAREPS:
-                if datarep in _USER_DATAREPS:
-                    raise NotImplementedError(f"{call}: user data representations ({datarep!r}) are registered "
-                                              f"but not read or written by gpumpi yet")
-                raise error(ERR_UNSUPPORTED_DATAREP, f"{call}: unknown data representation ({datarep!r})")
-            if d == DISPLACEMENT_CURRENT:
-                if not st.amode & MODE_SEQUENTIAL:
-                    raise error(ERR_ARG, f"{call}: DISPLACEMENT_CURRENT needs a file opened MODE_SEQUENTIAL")
-                d = st.comm.bcast(self._shared_get() if st.comm.Get_rank() == 0 else None, 0)
-            if datarep == "external32":
-                _extent32(et, call)
-                _extent32(ft, call)
-            try:
-                v = _view.make(d, et, flatten.segments(et), et._size, ft, flatten.segments(ft), ft._size,
-                               ft._extent, datarep)
-            except _view.ViewError as e:
-                raise error(ERR_ARG if "displacement (" in str(e) else ERR_TYPE, f"{call}: {e}") from None
-            st.comm.Barrier()  # (nobody still reads the old shared pointer)
+            v = self._view_of(st, disp, etype, filetype, datarep, call)
+        except Exception as e:  # noqa: BLE001 - told to the others first (nobody waits for this process)
+            err = e
+        try:
+            failed = st.comm.allgather(err is not None)  # (also: nobody still reads the old shared pointer)
+            if err is not None:
+                raise err
+            if any(failed):
+                raise error(ERR_OTHER, f"{call}: the view of another process of the file failed")
+            if v is DISPLACEMENT_CURRENT:  # the shared pointer's byte position, as rank 0 sees it
+                d = st.comm.bcast(st.view.byte_offset(self._shared_get()) if st.comm.Get_rank() == 0 else None, 0)
+                v = self._view_of(st, d, etype, filetype, datarep, call)
             st.view, st.pos = v, 0
             if st.comm.Get_rank() == 0:
                 self._shared_set(0)
             st.comm.Barrier()
         except MPIException as e:
             return self._raise(e)
+
+    def _view_of(self, st: _State, disp, etype, filetype, datarep, call: str):
+        """The view these arguments make (or DISPLACEMENT_CURRENT: its displacement is to be agreed)."""
+        d = _int(disp, call, "disp")
+        et = _datatype(etype, call, "etype")
+        ft = et if filetype is None else _datatype(filetype, call, "filetype")
+        if not isinstance(datarep, str):
+            raise TypeError(f"{call}: datarep must be a str ({type(datarep).__name__})")
+        if datarep not in _DATAREPS:
+            if datarep in _USER_DATAREPS:
+                raise NotImplementedError(f"{call}: user data representations ({datarep!r}) are registered "
+                                          f"but not read or written by gpumpi yet")
+            raise error(ERR_UNSUPPORTED_DATAREP, f"{call}: unknown data representation ({datarep!r})")
+        if d == DISPLACEMENT_CURRENT:
+            if not st.amode & MODE_SEQUENTIAL:
+                raise error(ERR_ARG, f"{call}: DISPLACEMENT_CURRENT needs a file opened MODE_SEQUENTIAL")
+            return DISPLACEMENT_CURRENT
+        if datarep == "external32":
+            _extent32(et, call)
+            _extent32(ft, call)
+        try:
+            return _view.make(d, et, flatten.segments(et), et._size, ft, flatten.segments(ft), ft._size,
+                              ft._extent, datarep)
+        except _view.ViewError as e:
+            raise error(ERR_ARG if e.argument else ERR_TYPE, f"{call}: {e}") from None
 
     def Get_view(self) -> tuple[int, Datatype, Datatype, str]:
         """The view: ``(disp, etype, filetype, datarep)`` (MPI_File_get_view).

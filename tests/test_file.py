@@ -500,3 +500,38 @@ def test_interleaved_collective_access_goes_two_phase(tmp_path, n, hint):
     for used in run_ranks(_two_phase, n, args=(str(tmp_path / "2p.bin"), hint), timeout=90):
         two_phase = hint == "enable" or (hint == "automatic" and n > 1)
         assert (used["write"] > 0 and used["read"] > 0) == two_phase, used
+
+
+def _one_rank_wrong(path):
+    """A collective call whose arguments fail on one process only: it raises its error, the
+    others raise ERR_OTHER; nobody waits, and the file goes on."""
+    from gpumpi import MPI
+
+    c = MPI.COMM_WORLD
+    r = c.rank
+    f = MPI.File.Open(c, path, MPI.MODE_CREATE | MPI.MODE_RDWR)
+    got = []
+    half = MPI.SHORT.Create_contiguous(3).Commit()
+    for call in (lambda: f.Set_view(0, MPI.INT, half if r == 0 else MPI.INT),
+                 lambda: f.Set_view(0, MPI.INT),  # (everyone agrees again)
+                 lambda: f.Write_at_all(-1 if r == 0 else 0, np.zeros(4, np.int32)),
+                 lambda: f.Read_all(np.zeros(3, np.int8) if r == 0 else np.zeros(4, np.int32))):
+        try:
+            call()
+            got.append(None)
+        except MPI.Exception as e:
+            got.append(e.Get_error_class())
+    f.Write_at_all(4 * r, np.full(4, r, np.int32))
+    f.Close()
+    half.Free()
+    return got
+
+
+def test_one_processs_bad_arguments_fail_the_collective_everywhere(tmp_path):
+    from gpumpi import MPI
+
+    path = str(tmp_path / "one.bin")
+    got = run_ranks(_one_rank_wrong, 3, args=(path,), timeout=60)
+    assert got[0] == [MPI.ERR_TYPE, None, MPI.ERR_ARG, MPI.ERR_TYPE]
+    assert got[1] == got[2] == [MPI.ERR_OTHER, None, MPI.ERR_OTHER, MPI.ERR_OTHER]
+    assert np.array_equal(np.fromfile(path, np.int32), np.repeat(np.arange(3, dtype=np.int32), 4))

@@ -28,7 +28,12 @@ __all__ = ["View", "ViewError", "make"]
 
 
 class ViewError(ValueError):
-    """A view MPI does not allow (the caller raises it as ``MPI.Exception``)."""
+    """A view MPI does not allow (the caller raises it as ``MPI.Exception``); ``argument``:
+    the displacement is wrong (MPI_ERR_ARG), else a type (MPI_ERR_TYPE)."""
+
+    def __init__(self, message: str, argument: bool = False) -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 class View:
@@ -138,7 +143,7 @@ def make(disp: int, etype, esegs, esize: int, filetype, fsegs, tsize: int, texte
     etype (runs ``esegs``, size ``esize``) from ``disp``; raises :class:`ViewError` where MPI
     forbids it."""
     if disp < 0:
-        raise ViewError(f"negative displacement ({disp})")
+        raise ViewError(f"negative displacement ({disp})", argument=True)
     if esize <= 0:
         raise ViewError(f"the etype has no data (size {esize})")
     if any(o < 0 for o, _ in esegs):
