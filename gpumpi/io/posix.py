@@ -136,43 +136,63 @@ def write_at(fd: int, mv: memoryview, pieces, call: str) -> int:
     return done
 
 
-#: data sieving (ROMIO's ``romio_ds_read``): many pieces whose span is at most this many times
-#: their bytes (plus 64 KiB) are read by one call and copied out
-_SIEVE_PIECES, _SIEVE_RATIO, _SIEVE_MAX = 8, 4, 256 << 20
+#: data sieving (ROMIO's ``romio_ds_read``): groups of at least ``_SIEVE_PIECES`` pieces within
+#: ``_SIEVE_CHUNK`` bytes (ROMIO's ``ind_rd_buffer_size``), whose span is at most ``_SIEVE_RATIO``
+#: times their bytes (plus 64 KiB), are read by one call into one reused buffer and copied out
+_SIEVE_PIECES, _SIEVE_RATIO, _SIEVE_CHUNK = 8, 4, 4 << 20
 
 
 def read_sieved(fd: int, mem, pieces, call: str) -> int:
-    """:func:`read_at` of the pieces into ``mem``; where there are many close together, one read
-    of their whole span into a staging array and one strided copy (or a copy per piece) out of it."""
+    """:func:`read_at` of the pieces into ``mem``; where many lie close together, a read of
+    each chunk of their span into one staging buffer and a strided copy (or a copy per piece)
+    out of it.  The bytes read, as :func:`read_at` counts them."""
     if len(pieces) < _SIEVE_PIECES:
-        return read_at(fd, mem, pieces, call)
-    lo, hi = pieces[0][0], pieces[-1][0] + pieces[-1][1]
-    data = sum(n for _, n in pieces)
-    if hi - lo > min(_SIEVE_RATIO * data + 65536, _SIEVE_MAX) or any(b[0] <= a[0] for a, b in zip(pieces, pieces[1:])):
         return read_at(fd, mem, pieces, call)
     import numpy as np
 
-    span = np.empty(hi - lo, np.uint8)
-    got = read_at(fd, memoryview(span), [(lo, hi - lo)], call)
-    end = lo + got  # (the end of the file, where it came first)
     dst = np.frombuffer(mem, np.uint8)
-    n0 = pieces[0][1]
-    stride = pieces[1][0] - pieces[0][0]
-    if got == hi - lo and all(n == n0 for _, n in pieces) and \
-            all(b[0] - a[0] == stride for a, b in zip(pieces, pieces[1:])):  # a grid: one copy
-        k = len(pieces)
-        src = np.lib.stride_tricks.as_strided(span, (k, n0), (stride, 1))
-        dst[:k * n0].reshape(k, n0)[:] = src
-        return k * n0
-    done = 0
-    for o, n in pieces:
-        m = min(n, end - o)
-        if m <= 0:
-            break
-        dst[done:done + m] = span[o - lo:o - lo + m]
-        done += m
-        if m < n:
-            break
+    stage = None
+    done = i = 0
+    npieces = len(pieces)
+    while i < npieces:
+        lo = pieces[i][0]
+        j, data = i, 0
+        while j < npieces and pieces[j][0] + pieces[j][1] - lo <= _SIEVE_CHUNK and (j == i or pieces[j][0] >
+                                                                                   pieces[j - 1][0]):
+            data += pieces[j][1]
+            j += 1
+        hi = pieces[j - 1][0] + pieces[j - 1][1]
+        if j - i < _SIEVE_PIECES or hi - lo > _SIEVE_RATIO * data + 65536:  # (j == i: a piece above a chunk)
+            j = max(j, i + 1)
+            got = read_at(fd, memoryview(dst[done:]), pieces[i:j], call)
+            done += got
+            if got < sum(n for _, n in pieces[i:j]):
+                return done
+            i = j
+            continue
+        if stage is None:
+            stage = np.empty(_SIEVE_CHUNK, np.uint8)
+        got = read_at(fd, memoryview(stage)[:hi - lo], [(lo, hi - lo)], call)
+        group = pieces[i:j]
+        n0, stride = group[0][1], group[1][0] - group[0][0]
+        if got == hi - lo and all(n == n0 for _, n in group) and \
+                all(b[0] - a[0] == stride for a, b in zip(group, group[1:])):  # a grid: one copy
+            k = len(group)
+            src = np.lib.stride_tricks.as_strided(stage, (k, n0), (stride, 1))
+            dst[done:done + k * n0].reshape(k, n0)[:] = src
+            done += k * n0
+            i = j
+            continue
+        end = lo + got  # (the end of the file, where it came first)
+        for o, n in group:
+            m = min(n, end - o)
+            if m <= 0:
+                return done
+            dst[done:done + m] = stage[o - lo:o - lo + m]
+            done += m
+            if m < n:
+                return done
+        i = j
     return done
 
 
