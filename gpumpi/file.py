@@ -11,7 +11,7 @@ written from in place; a non-contiguous datatype is packed or unpacked by the da
 plans; device memory (CuPy, ``__cuda_array_interface__``, the simulated device) goes
 through host staging and the device adapter.  The data representation ``external32``
 converts the packed stream with the datatype's external32 plan (sizes must be the native
-ones: see :func:`_codec`); ``native`` and ``internal`` are the bytes as they are.
+ones: see ``file_access.codec``); ``native`` and ``internal`` are the bytes as they are.
 
 The access families differ only in where ``pos`` comes from:
 
@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import os
 
-from . import _device, _p2p, _pool
+from . import _p2p
+from . import file_access as _io
 from ._handles import Handle, Table
 from .constants import (ANY_SOURCE, ANY_TAG, DISPLACEMENT_CURRENT, LOCK_SHARED, MODE_APPEND, MODE_CREATE,
                         MODE_DELETE_ON_CLOSE, MODE_EXCL, MODE_RDONLY, MODE_RDWR, MODE_SEQUENTIAL, MODE_UNIQUE_OPEN,
@@ -44,16 +45,14 @@ from .constants import (ANY_SOURCE, ANY_TAG, DISPLACEMENT_CURRENT, LOCK_SHARED, 
 from .datatypes import flatten
 from .datatypes._core import Datatype
 from .datatypes.plan import external_plan
-from .datatypes.predefined import BYTE, INT64_T
-from .errors import (ERR_ACCESS, ERR_AMODE, ERR_ARG, ERR_BAD_FILE, ERR_COMM, ERR_DUP_DATAREP, ERR_ERRHANDLER,
+from .datatypes.predefined import BYTE
+from .errors import (ERR_AMODE, ERR_ARG, ERR_BAD_FILE, ERR_COMM, ERR_DUP_DATAREP, ERR_ERRHANDLER,
                      ERR_FILE, ERR_NO_SUCH_FILE, ERR_NOT_SAME, ERR_OTHER, ERR_TYPE, ERR_UNSUPPORTED_DATAREP,
                      ERR_UNSUPPORTED_OPERATION, ERRORS_RETURN, Errhandler, error)
 from .errors import Exception as MPIException
 from .group import Group
 from .info import INFO_NULL, Info
-from .io import collective as _two_phase
 from .io import posix
-from .io import twophase
 from .io import view as _view
 from .op import SUM
 from .request import Request, done_xfer
@@ -75,15 +74,6 @@ _HINTS = {"cb_buffer_size": "16777216", "romio_cb_read": "automatic", "romio_cb_
           "ind_rd_buffer_size": "4194304", "ind_wr_buffer_size": "524288", "romio_ds_read": "automatic",
           "romio_ds_write": "automatic", "striping_factor": "0", "striping_unit": "0"}
 _STATE_DEFAULT = [ERRORS_RETURN]  # the error handler of FILE_NULL: new files start with it
-
-
-class _Landed:
-    """What ``_p2p.incoming``'s completion reads of a finished receive: the bytes that arrived."""
-
-    __slots__ = ("st_nbytes", "cancelled", "ondev")
-
-    def __init__(self, n: int) -> None:
-        self.st_nbytes, self.cancelled, self.ondev = n, False, False
 
 
 class _State:
@@ -146,24 +136,6 @@ def _datatype(dt, call: str, what: str) -> Datatype:
     return dt
 
 
-def _int_hint(value, default: int) -> int:
-    try:
-        return max(1, int(value))
-    except (TypeError, ValueError):
-        return default
-
-
-def _codec(v: _view.View, m, call: str):
-    """The external32 plan of message ``m``'s datatype under view ``v``, or None (native)."""
-    if v.datarep != "external32" or m is None:
-        return None
-    ep = external_plan(m.datatype)
-    if ep.esize != m.datatype._size:
-        raise NotImplementedError(f"{call}: external32 with types whose external32 size differs from the native "
-                                  f"one ({m.datatype!r}: {ep.esize} vs {m.datatype._size} bytes) is not supported")
-    return ep
-
-
 def _extent32(dt: Datatype, call: str) -> int:
     ep = external_plan(dt)
     if ep.esize != dt._size:
@@ -172,14 +144,6 @@ def _extent32(dt: Datatype, call: str) -> int:
     return dt._extent
 
 
-#: pieces of one process from which an interleaved collective access goes two-phase ("automatic")
-_CB_PIECES = 64
-#: the mean piece (bytes) under which an interleaved collective access goes two-phase ("automatic"):
-#: larger pieces are written and read faster by each process itself (measured: 16 KiB pieces of
-#: column blocks, 2 ranks, 256 MiB: independent 4.4-4.5 GB/s, two-phase 2.2-3.0)
-_CB_SMALL = 4096
-#: bytes of device memory staged through the host per copy
-_CHUNK = 8 << 20
 class File(Handle):
     """File I/O context (MPI_File)."""
 
@@ -223,14 +187,6 @@ class File(Handle):
         errh = _STATE_DEFAULT[0] if st is None else st.errh
         errh._apply(self, exc)
         raise exc
-
-    def _readable(self, st: _State, call: str) -> None:
-        if st.amode & MODE_WRONLY:
-            raise error(ERR_ACCESS, f"{call}: the file was opened MODE_WRONLY ({st.path})")
-
-    def _writable(self, st: _State, call: str) -> None:
-        if st.amode & MODE_RDONLY:
-            raise error(ERR_ACCESS, f"{call}: the file was opened MODE_RDONLY ({st.path})")
 
     def _no_sequential(self, st: _State, call: str) -> None:
         if st.amode & MODE_SEQUENTIAL:
@@ -353,7 +309,7 @@ class File(Handle):
             n = _int(size, call, "size")
             if n < 0:
                 raise error(ERR_ARG, f"{call}: negative size ({n})")
-            self._writable(st, call)
+            _io.writable(st, call)
             self._no_sequential(st, call)
             sizes = st.comm.allgather(n)
             if len(set(sizes)) != 1:
@@ -372,7 +328,7 @@ class File(Handle):
             n = _int(size, call, "size")
             if n < 0:
                 raise error(ERR_ARG, f"{call}: negative size ({n})")
-            self._writable(st, call)
+            _io.writable(st, call)
             self._no_sequential(st, call)
             if st.comm.Get_rank() == 0:
                 posix.allocate(st.fd, n, call)
@@ -652,162 +608,6 @@ class File(Handle):
         self._st.shared.tomemory().cast("q")[0] = value
 
     # -- the one access ------------------------------------------------------------------------
-    def _access(self, st: _State, buf, pos: int, write: bool, call: str) -> int:
-        """Move ``buf`` to or from the view's data stream from etype ``pos``: the bytes moved."""
-        if pos < 0:
-            raise error(ERR_ARG, f"{call}: negative offset ({pos})")
-        if write:
-            self._writable(st, call)
-        else:
-            self._readable(st, call)
-        m = _p2p.msg(buf, write, 0, call)
-        v = st.view
-        n = m.nbytes
-        if n % v.esize:
-            raise error(ERR_TYPE, f"{call}: the buffer's {n} bytes are not a whole number of etypes "
-                                  f"(etype size {v.esize})")
-        if not n:
-            return 0
-        ep = _codec(v, m, call)
-        if ep is None and m.contiguous and _p2p.on_device(m):  # device memory: in staged chunks
-            return self._device_access(st, m, pos * v.esize, write, call)
-        pieces = v.pieces(pos * v.esize, n)
-        if write:
-            mem, _, release = _p2p.outgoing(m, call)
-            try:
-                if ep is not None:
-                    import numpy as np
-
-                    mem = memoryview(ep.encode(np.frombuffer(mem, np.uint8), m.count))
-                if st.atomic:
-                    with posix.locked(st.fd, pieces, True, call):
-                        return posix.write_at(st.fd, mem, pieces, call)
-                return posix.write_at(st.fd, mem, pieces, call)
-            finally:
-                if release is not None:
-                    release()
-        mem, _, post, _ = _p2p.incoming(m, call)
-        got = 0
-        try:
-            if ep is not None:
-                import numpy as np
-
-                raw = np.zeros(n, np.uint8)
-                got = self._read(st, memoryview(raw), pieces, call)
-                whole = got // m.datatype._size if m.datatype._size else 0
-                if whole:
-                    mem[:whole * m.datatype._size] = ep.decode(raw[:whole * m.datatype._size], whole)
-                got = whole * m.datatype._size
-            else:
-                got = self._read(st, mem, pieces, call)
-        finally:
-            if post is not None:
-                post(_Landed(got))
-        return got
-
-    def _collective(self, st: _State, buf, pos: int, write: bool, call: str) -> int:
-        """A collective access: two-phase (``gpumpi.io.collective``) where the processes' ranges
-        interleave, one has at least :data:`_CB_PIECES` pieces and they average under
-        :data:`_CB_SMALL` bytes (ROMIO's hints
-        ``romio_cb_write``/``romio_cb_read``: ``enable``, ``disable``, ``automatic``: this test),
-        every process's buffer is host memory and the view's data are native;
-        else each process's own :meth:`_access`.  A process whose arguments fail tells the
-        others (they raise too: nobody waits for it)."""
-        err = m = offs = lens = None
-        rng, able = None, False
-        try:
-            if pos < 0:
-                raise error(ERR_ARG, f"{call}: negative offset ({pos})")
-            (self._writable if write else self._readable)(st, call)
-            m = _p2p.msg(buf, write, 0, call)
-            v, n = st.view, m.nbytes
-            if n % v.esize:
-                raise error(ERR_TYPE, f"{call}: the buffer's {n} bytes are not a whole number of etypes "
-                                      f"(etype size {v.esize})")
-            able = v.datarep != "external32" and not _p2p.on_device(m) and not st.atomic
-            if able and n:
-                offs, lens = twophase.pieces(v, pos * v.esize, n)
-                rng = (int(offs[0]), int(offs[-1] + lens[-1]))
-        except Exception as e:  # noqa: BLE001 - shared with the others first, then raised here
-            err = e
-        import numpy as np
-
-        mine = np.array([err is not None, able, -1 if rng is None else rng[0], -1 if rng is None else rng[1],
-                         0 if offs is None else len(offs), 0 if offs is None else int(lens.sum())], np.int64)
-        every = np.empty((st.comm.Get_size(), 6), np.int64)
-        st.comm.Allgather([mine, 6, INT64_T], [every, 6, INT64_T])
-        if err is not None:
-            raise err
-        if every[:, 0].any():
-            raise error(ERR_OTHER, f"{call}: the arguments of another process of the file failed")
-        hint = st.hints.get("romio_cb_write" if write else "romio_cb_read", "automatic")
-        ranges = [None if lo < 0 else (int(lo), int(hi)) for lo, hi in every[:, 2:4].tolist()]
-        if not every[:, 1].all() or hint == "disable" or all(r is None for r in ranges) or \
-                (hint != "enable" and (every[:, 4].max() < _CB_PIECES or every[:, 5].sum() >= _CB_SMALL * every[:, 4].sum()
-                                       or not twophase.interleaved(ranges))):
-            return self._access(st, buf, pos, write, call)
-
-        naggr = _int_hint(st.hints.get("cb_nodes"), st.comm.Get_size())
-        if offs is None:
-            offs = lens = np.zeros(0, np.int64)
-        if write:
-            mem, _, release = _p2p.outgoing(m, call)
-            try:
-                return _two_phase.write(st.comm, st.fd, np.frombuffer(mem, np.uint8), offs, lens, ranges, naggr, call)
-            finally:
-                if release is not None:
-                    release()
-        mem, _, post, _ = _p2p.incoming(m, call)
-        got = 0
-        try:
-            got = _two_phase.read(st.comm, st.fd, np.frombuffer(mem, np.uint8), offs, lens, ranges, naggr, call)
-        finally:
-            if post is not None:
-                post(_Landed(got))
-        return got
-
-    def _device_access(self, st: _State, m, p: int, write: bool, call: str) -> int:
-        """A contiguous device buffer to or from stream bytes ``[p, p + m.nbytes)``, through one
-        host staging buffer of at most :data:`_CHUNK` bytes a copy (never the whole array on the
-        host), each copy ordered after the work queued on the device's current stream."""
-        v, n = st.view, m.nbytes
-        ad = _device.adapter_for(m.kind)
-        s = ad.current_stream()
-        stage = _pool.HOST.get(min(_CHUNK, n))
-        base = m.addr + m.lo
-        done = 0
-        lock = posix.locked(st.fd, v.pieces(p, n), write, call) if st.atomic else None
-        try:
-            if lock is not None:
-                lock.__enter__()
-            while done < n:
-                k = min(_CHUNK, n - done)
-                pieces = v.pieces(p + done, k)
-                mv = memoryview(stage)[:k]
-                if write:
-                    ad.memcpy(stage.ctypes.data, base + done, k, s)
-                    ad.stream_synchronize(s)
-                    done += posix.write_at(st.fd, mv, pieces, call)
-                    continue
-                got = posix.read_sieved(st.fd, mv, pieces, call)
-                if got:
-                    ad.memcpy(base + done, stage.ctypes.data, got, s)
-                    ad.stream_synchronize(s)
-                done += got
-                if got < k:  # the end of the file
-                    break
-        finally:
-            if lock is not None:
-                lock.__exit__(None, None, None)
-            _pool.HOST.put(stage)
-        return done
-
-    def _read(self, st: _State, mem, pieces, call: str) -> int:
-        if st.atomic:
-            with posix.locked(st.fd, pieces, False, call):
-                return posix.read_sieved(st.fd, mem, pieces, call)
-        return posix.read_sieved(st.fd, mem, pieces, call)
-
     def _done(self, n: int, status) -> int:
         if status is not None:
             if not isinstance(status, Status):
@@ -824,7 +624,7 @@ class File(Handle):
     def _at(self, call: str, offset, buf, write: bool, coll: bool = False) -> int:
         st = self._check(call)
         self._no_sequential(st, call)
-        return (self._collective if coll else self._access)(st, buf, _int(offset, call, "offset"), write, call)
+        return (_io.collective if coll else _io.access)(st, buf, _int(offset, call, "offset"), write, call)
 
     def Read_at(self, offset: int, buf, status: Status | None = None) -> None:
         """Read at an explicit offset (MPI_File_read_at)."""
@@ -886,7 +686,7 @@ class File(Handle):
     def _ind(self, call: str, buf, write: bool, coll: bool = False) -> int:
         st = self._check(call)
         self._no_sequential(st, call)
-        n = (self._collective if coll else self._access)(st, buf, st.pos, write, call)
+        n = (_io.collective if coll else _io.access)(st, buf, st.pos, write, call)
         st.pos += n // st.view.esize
         return n
 
@@ -951,7 +751,7 @@ class File(Handle):
         st = self._check(call)
         m = _p2p.msg(buf, write, 0, call)
         k = m.nbytes // st.view.esize
-        return self._access(st, buf, self._shared_op(k), write, call)
+        return _io.access(st, buf, self._shared_op(k), write, call)
 
     def Read_shared(self, buf, status: Status | None = None) -> None:
         """Read at the shared file pointer (MPI_File_read_shared)."""
@@ -989,7 +789,7 @@ class File(Handle):
         counts = st.comm.allgather(k)
         r = st.comm.Get_rank()
         base = st.comm.bcast(self._shared_op(sum(counts)) if r == 0 else None, 0)
-        return self._access(st, buf, base + sum(counts[:r]), write, call)
+        return _io.access(st, buf, base + sum(counts[:r]), write, call)
 
     def Read_ordered(self, buf, status: Status | None = None) -> None:
         """Collective read at the shared file pointer, in rank order (MPI_File_read_ordered)."""

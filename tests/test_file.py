@@ -398,9 +398,9 @@ def _device_chunks(path):
     """Device buffers move through host staging a chunk at a time (here 1000 bytes), never as a
     whole-array host copy: through a subarray view, and up to the end of the file."""
     from gpumpi import MPI, _pool
-    from gpumpi import file as F
+    from gpumpi import file_access
 
-    F._CHUNK = 1000
+    file_access.CHUNK = 1000
     asked = []
     get = _pool.HOST.get
     _pool.HOST.get = lambda n: asked.append(n) or get(n)

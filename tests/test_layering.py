@@ -25,7 +25,7 @@ LAYERS = {
     3: ["kernels"],
     4: ["ipc", "_bootstrap"],
     5: ["_progress", "_xfer", "_frames", "_failures", "_runtime", "_services", "_fastpath", "request", "_p2p", "_objects",
-        "message", "_partitioned", "_commctx", "_ctxid", "_commattr", "comm", "MPI", "rma", "op", "file", "session",
+        "message", "_partitioned", "_commctx", "_ctxid", "_commattr", "comm", "MPI", "rma", "op", "file", "file_access", "session",
         "collectives._execute", "collectives._calls", "collectives._lower", "collectives._lean"],
     6: ["_job", "launch", "testing", "bench", "cli", "__main__", "__init__", "ga", "util", "_mpi4py", "_shim", "_shim_ga4py"],
 }
